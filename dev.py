@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""One entry point for a fresh machine: `python3 dev.py demo` or `python3 dev.py test`.
+
+Both create ./.venv (Python >= 3.11), install every package of the workspace in editable mode plus the dev
+tools, and then run the demo or the whole test suite. Re-running is cheap: pip skips what is installed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+PACKAGES = [
+    "packages/core[postgres,cli,metrics,testing]",
+    "packages/stripe_safe",
+    "packages/sendgrid_safe",
+    "packages/ses_safe[testing]",
+]
+
+
+def venv_python() -> Path:
+    return VENV / "bin" / "python"
+
+
+def run(*args: str | Path) -> None:
+    print("+", " ".join(str(a) for a in args), flush=True)
+    subprocess.run([str(a) for a in args], cwd=ROOT, check=True)
+
+
+def setup() -> None:
+    if sys.version_info < (3, 11):
+        sys.exit(f"safe-effects needs Python >= 3.11, this is {sys.version.split()[0]}")
+    if not venv_python().exists():
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    py = venv_python()
+    run(py, "-m", "pip", "install", "--quiet", "--upgrade", "pip>=25.1")
+    editable = [arg for pkg in PACKAGES for arg in ("-e", pkg)]
+    run(py, "-m", "pip", "install", "--quiet", *editable, "--group", "dev")
+
+
+def main() -> None:
+    command = sys.argv[1] if len(sys.argv) > 1 else ""
+    extra = sys.argv[2:]
+    if command not in {"demo", "test", "setup"}:
+        sys.exit("usage: python3 dev.py {demo|test|setup} [extra args]")
+    setup()
+    py = venv_python()
+    env_note = "CI=true: PostgreSQL tests are mandatory" if os.environ.get("CI") == "true" else ""
+    if command == "demo":
+        run(py, "examples/demo.py", *extra)
+    elif command == "test":
+        if env_note:
+            print(env_note, flush=True)
+        run(py, "-m", "pytest", *extra)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except subprocess.CalledProcessError as exc:
+        sys.exit(exc.returncode)
