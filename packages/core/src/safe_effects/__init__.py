@@ -1,0 +1,94 @@
+"""safe-effects: a durable effect ledger that stops double charges and duplicate sends."""
+
+from ._adapter import EffectRequest, LookupResult, LookupStatus, Outcome, ProviderAdapter, Verdict
+from ._clock import Clock, system_clock
+from ._contract import (
+    ConcurrentSameKey,
+    IdempotencyContract,
+    LookupKind,
+    LookupMethod,
+    ParameterMatching,
+    ProviderContract,
+)
+from ._digest import canonical_json, request_digest
+from ._errors import (
+    ApprovalError,
+    EffectDeferred,
+    EffectInProgress,
+    EffectOutcome,
+    EffectRejected,
+    EffectUnknown,
+    IllegalTransition,
+    IntentConflict,
+    IntentNotFound,
+    InvalidInput,
+    InvalidIntentKey,
+    InvalidTenant,
+    LeaseLost,
+    MissingDependency,
+    MissingIntentKey,
+    SafeEffectsError,
+    StaleRecord,
+    UndigestibleRequest,
+    UnknownTenant,
+)
+from ._keys import IntentKey
+from ._records import AuditEntry, EffectRecord, Evidence, EvidenceVerdict, Receipt, Resolution
+from ._states import TERMINAL, TRANSITIONS, UNSETTLED, EffectStatus, check_transition
+from ._tenants import DEFAULT_TENANT, check_tenant
+
+__all__ = [
+    # keys, digests, tenants
+    "IntentKey",
+    "request_digest",
+    "canonical_json",
+    "DEFAULT_TENANT",
+    "check_tenant",
+    # records and states
+    "EffectStatus",
+    "TRANSITIONS",
+    "TERMINAL",
+    "UNSETTLED",
+    "check_transition",
+    "EffectRecord",
+    "AuditEntry",
+    "Evidence",
+    "EvidenceVerdict",
+    "Receipt",
+    "Resolution",
+    # provider seam
+    "ProviderContract",
+    "IdempotencyContract",
+    "LookupMethod",
+    "LookupKind",
+    "ParameterMatching",
+    "ConcurrentSameKey",
+    "ProviderAdapter",
+    "EffectRequest",
+    "Verdict",
+    "Outcome",
+    "LookupResult",
+    "LookupStatus",
+    "Clock",
+    "system_clock",
+    # errors
+    "SafeEffectsError",
+    "InvalidInput",
+    "InvalidIntentKey",
+    "UndigestibleRequest",
+    "InvalidTenant",
+    "UnknownTenant",
+    "MissingIntentKey",
+    "IntentConflict",
+    "IllegalTransition",
+    "StaleRecord",
+    "IntentNotFound",
+    "EffectOutcome",
+    "EffectUnknown",
+    "EffectRejected",
+    "EffectDeferred",
+    "EffectInProgress",
+    "LeaseLost",
+    "ApprovalError",
+    "MissingDependency",
+]

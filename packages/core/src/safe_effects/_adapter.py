@@ -1,0 +1,96 @@
+"""The seam between the executor and a provider: data plus a few small functions per provider."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol, TypeVar
+
+from ._contract import ProviderContract
+from ._keys import IntentKey
+from ._records import EffectRecord
+
+ResponseT = TypeVar("ResponseT")
+
+
+class Outcome(StrEnum):
+    RETRYABLE = "definitive_retryable"  # no effect; the same request may be sent again with the same key
+    FINAL = "definitive_final"  # no effect; sending again will not help
+    UNKNOWN = "unknown"  # the provider may have acted
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """An adapter's reading of one exception."""
+
+    outcome: Outcome
+    error_class: str
+    error_code: str | None = None
+    retry_after: float | None = None  # seconds, from a Retry-After hint
+    provider_result_id: str | None = None  # e.g. the PaymentIntent a declined card still created
+
+    @classmethod
+    def of(cls, error: BaseException, outcome: Outcome, code: str | None = None, **kw: Any) -> Verdict:
+        return cls(outcome=outcome, error_class=type(error).__qualname__, error_code=code, **kw)
+
+
+class LookupStatus(StrEnum):
+    FOUND = "found"  # the provider acted: confirm
+    REFUSED = "refused"  # the provider saw it and refused it: reject
+    ABSENT = "absent"  # proven never to have happened
+    INCONCLUSIVE = "inconclusive"  # not found, which proves nothing
+
+
+@dataclass(frozen=True, slots=True)
+class LookupResult:
+    status: LookupStatus
+    method: str  # e.g. "search", "retrieve", "activity_api"
+    provider_result_id: str | None = None
+    response_digest: str | None = None
+    evidence: str | None = None  # a reference an operator can follow
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class EffectRequest:
+    """What to send. ``params`` is digested; ``payload`` is what the adapter really sends, when it differs."""
+
+    operation: str
+    params: Mapping[str, Any]
+    payload: Any = None
+    summary: Mapping[str, str] = field(default_factory=dict)  # operator-facing, no secrets
+
+
+class ProviderAdapter(Protocol[ResponseT]):
+    """One per provider package. The executor calls nothing else."""
+
+    provider: str
+
+    def contract_for(self, operation: str) -> ProviderContract:
+        """The contract that governs ``operation``."""
+        ...
+
+    def provider_key(self, tenant: str, intent_key: IntentKey) -> str:
+        """The key (or tag, or custom arg) that carries the intent to the provider, always the same."""
+        ...
+
+    def dispatch(self, request: EffectRequest, provider_key: str) -> ResponseT:
+        """Send the request once; SDK-internal retries must be off."""
+        ...
+
+    def classify(self, error: BaseException) -> Verdict:
+        """Definitive (retryable or final) or unknown, for any exception ``dispatch`` raised."""
+        ...
+
+    def result_id(self, response: ResponseT) -> str | None:
+        """The provider's id for the effect (PaymentIntent id, X-Message-Id, MessageId)."""
+        ...
+
+    def response_digest(self, response: ResponseT) -> str:
+        """A digest of the response, stored instead of the body."""
+        ...
+
+    def lookup(self, record: EffectRecord) -> LookupResult:
+        """Ask the provider whether the effect happened, without causing it."""
+        ...

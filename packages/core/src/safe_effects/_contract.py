@@ -1,0 +1,85 @@
+"""Provider contracts: the checked facts about a provider that drive every executor decision.
+
+The executor never asks "is this Stripe?"; it asks the contract whether the provider dedupes, for how long,
+how an unknown can be looked up, and how long a normal response takes.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ParameterMatching(StrEnum):
+    STRICT = "strict"  # same key + other params is refused by the provider (Stripe: 400 idempotency_error)
+    NONE = "none"  # the provider does not compare (or has no keys at all)
+
+
+class ConcurrentSameKey(StrEnum):
+    CONFLICT = "conflict"  # the second request is refused while the first runs (Stripe: 409)
+    DUPLICATES = "duplicates"  # no dedupe: both run (SendGrid, SES)
+
+
+class LookupKind(StrEnum):
+    KEY_REPLAY = "key_replay"  # resend with the same idempotency key inside the retention window
+    SEARCH = "search"  # search by a field the wrapper wrote (Stripe metadata, SendGrid custom_args)
+    RETRIEVE = "retrieve"  # fetch by a provider id already known
+    EVENT_STREAM = "event_stream"  # events pushed by the provider (webhooks, SES event publishing)
+
+
+class LookupMethod(_Frozen):
+    kind: LookupKind
+    description: str
+    lag: timedelta | None = None  # how far behind the truth the method may be
+    rate_limit_per_minute: float | None = None
+    requires: str | None = None  # e.g. "Email Activity add-on"
+    proves_absence: bool = False  # can "not found" be trusted as "never happened"?
+    verified: bool = True  # False where the fact is documented but not checked by us
+
+
+class IdempotencyContract(_Frozen):
+    supported: bool
+    header: str | None = None
+    max_key_length: int | None = None
+    key_charset: str | None = None  # a regex the key must fullmatch
+    retention: timedelta | None = None  # how long the provider remembers a key
+    parameter_matching: ParameterMatching = ParameterMatching.NONE
+    concurrent_same_key: ConcurrentSameKey = ConcurrentSameKey.DUPLICATES
+
+
+class ProviderContract(_Frozen):
+    """Per provider (and optionally per operation): idempotency, lookups, timing and SDK settings."""
+
+    provider: str
+    operation: str = "*"
+    idempotency: IdempotencyContract
+    lookups: tuple[LookupMethod, ...] = ()
+    normal_response_window: timedelta  # beyond this an unknown is worth an alert
+    replay_safety_margin: timedelta = timedelta(hours=1)  # stop replaying this long before keys expire
+    redispatch_when_proven_absent: bool = False
+    forced_sdk_settings: dict[str, str] = Field(default_factory=dict)  # retries off, explicit timeouts
+    record_retention_minimum: timedelta = timedelta(days=120)  # purge floor (disputes, bounces)
+    sources: tuple[str, ...] = ()
+    unverified: tuple[str, ...] = ()  # facts we rely on that nobody here has checked against the provider
+
+    def replay_deadline(self, first_dispatched_at: datetime) -> datetime | None:
+        """Last moment a same-key replay is still deduped by the provider (minus the safety margin)."""
+        if not self.idempotency.supported or self.idempotency.retention is None:
+            return None
+        return first_dispatched_at + self.idempotency.retention - self.replay_safety_margin
+
+    def can_replay(self, first_dispatched_at: datetime | None, now: datetime) -> bool:
+        """True when resending with the same key is deduped for sure (never dispatched counts as safe)."""
+        if first_dispatched_at is None:
+            return True
+        deadline = self.replay_deadline(first_dispatched_at)
+        return deadline is not None and now < deadline
+
+    def lookup(self, kind: LookupKind) -> LookupMethod | None:
+        return next((m for m in self.lookups if m.kind == kind), None)

@@ -1,0 +1,190 @@
+"""Every exception safe-effects raises, drawn once.
+
+    SafeEffectsError
+    ├── InvalidInput                  bad input: nothing was written
+    │   ├── InvalidIntentKey          empty part, separator/control char, too long
+    │   ├── UndigestibleRequest       a request value that is not JSON (names its path)
+    │   ├── InvalidTenant             a tenant id outside [A-Za-z0-9_.-]{1,64}
+    │   ├── UnknownTenant             a tenant not in the ledger's allow-list
+    │   └── MissingIntentKey          a mutating call without an intent key
+    ├── IntentConflict                same intent key, other request digest
+    ├── IllegalTransition             a state change the state machine forbids
+    ├── StaleRecord                   the record moved on since it was read (conditional update lost)
+    ├── IntentNotFound                no record for (tenant, intent key)
+    ├── EffectOutcome                 the caller's answer when an effect did not simply succeed
+    │   ├── EffectUnknown             the provider may have acted: reconcile, never retry blindly
+    │   ├── EffectRejected            the provider refused definitively: no effect
+    │   ├── EffectDeferred            retryable refusals exhausted before any effect: safe to try later
+    │   └── EffectInProgress          another worker holds the intent; it did not finish in time
+    ├── LeaseLost                     a worker's lease was taken over before it could record its result
+    ├── ApprovalError                 the two-person rule refused an operator action
+    └── MissingDependency             an optional extra is not installed
+Each class carries a stable ``code`` for logs, metrics and the CLI's JSON output.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SafeEffectsError(Exception):
+    """Base class: catch this to catch everything the library raises on purpose."""
+
+    code = "safe_effects_error"
+
+
+class InvalidInput(SafeEffectsError, ValueError):
+    """The caller passed something the ledger cannot accept; the ledger was not touched."""
+
+    code = "invalid_input"
+
+
+class InvalidIntentKey(InvalidInput):
+    """An intent key (or one of its parts) is malformed."""
+
+    code = "invalid_intent_key"
+
+
+class UndigestibleRequest(InvalidInput):
+    """A request parameter is not plain JSON, so no stable digest can be computed."""
+
+    code = "undigestible_request"
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"request parameter {path or '<root>'} {problem}")
+
+
+class InvalidTenant(InvalidInput):
+    """A tenant id that is empty, too long or has characters outside [A-Za-z0-9_.-]."""
+
+    code = "invalid_tenant"
+
+
+class UnknownTenant(InvalidInput):
+    """A well-formed tenant id that this ledger was not configured to serve."""
+
+    code = "unknown_tenant"
+
+
+class MissingIntentKey(InvalidInput):
+    """A mutating call arrived without an intent key and without an explicit opt-out."""
+
+    code = "missing_intent_key"
+
+
+class IntentConflict(SafeEffectsError):
+    """The intent key is already recorded with a different request digest: refused before sending."""
+
+    code = "intent_conflict"
+
+    def __init__(self, tenant: str, intent_key: str, recorded_digest: str, new_digest: str) -> None:
+        self.tenant = tenant
+        self.intent_key = intent_key
+        self.recorded_digest = recorded_digest
+        self.new_digest = new_digest
+        super().__init__(
+            f"intent {intent_key!r} (tenant {tenant!r}) was recorded with request digest "
+            f"{recorded_digest[:19]}…, this call has {new_digest[:19]}…: same key, other parameters"
+        )
+
+
+class IllegalTransition(SafeEffectsError):
+    """The state machine does not allow this change; nothing was written."""
+
+    code = "illegal_transition"
+
+    def __init__(self, source: str, target: str, intent_key: str | None = None) -> None:
+        self.source = source
+        self.target = target
+        self.intent_key = intent_key
+        where = f" for intent {intent_key!r}" if intent_key else ""
+        super().__init__(f"illegal transition {source} -> {target}{where}")
+
+
+class StaleRecord(SafeEffectsError):
+    """A conditional update found the record in another state or version than expected."""
+
+    code = "stale_record"
+
+
+class IntentNotFound(SafeEffectsError, LookupError):
+    """No record exists for this tenant and intent key."""
+
+    code = "intent_not_found"
+
+
+class EffectOutcome(SafeEffectsError):
+    """Raised to the caller when an effect ended in anything but a plain confirmation."""
+
+    code = "effect_outcome"
+
+    def __init__(self, message: str, *, intent_key: str, record: Any = None) -> None:
+        self.intent_key = intent_key
+        self.record = record
+        super().__init__(message)
+
+
+class EffectUnknown(EffectOutcome):
+    """The provider may or may not have acted; the intent waits for reconciliation."""
+
+    code = "effect_unknown"
+
+
+class EffectRejected(EffectOutcome):
+    """The provider refused definitively; there is no effect. ``provider_error`` is the original."""
+
+    code = "effect_rejected"
+
+    def __init__(
+        self, message: str, *, intent_key: str, record: Any = None, provider_error: BaseException | None = None
+    ) -> None:
+        self.provider_error = provider_error
+        super().__init__(message, intent_key=intent_key, record=record)
+
+
+class EffectDeferred(EffectOutcome):
+    """Retryable refusals (rate limit, connection refused) outlasted the retry budget; nothing happened."""
+
+    code = "effect_deferred"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        intent_key: str,
+        record: Any = None,
+        retry_after: float | None = None,
+        provider_error: BaseException | None = None,
+    ) -> None:
+        self.retry_after = retry_after
+        self.provider_error = provider_error
+        super().__init__(message, intent_key=intent_key, record=record)
+
+
+class EffectInProgress(EffectOutcome):
+    """Another worker holds a live lease on this intent and did not finish within the wait bound."""
+
+    code = "effect_in_progress"
+
+
+class LeaseLost(SafeEffectsError):
+    """A worker finished after its lease was taken over; its result was kept as evidence, not applied."""
+
+    code = "lease_lost"
+
+
+class ApprovalError(SafeEffectsError):
+    """An operator action broke the two-person rule or lacked what it needs."""
+
+    code = "approval_error"
+
+
+class MissingDependency(SafeEffectsError, ImportError):
+    """An optional dependency is not installed; the message says which extra to install."""
+
+    code = "missing_dependency"
+
+    def __init__(self, module: str, extra: str) -> None:
+        super().__init__(f"{module} is not installed: pip install 'safe-effects[{extra}]'")

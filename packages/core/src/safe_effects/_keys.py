@@ -1,0 +1,116 @@
+"""Intent keys name the customer-visible action, never an attempt: ``invoice:inv_42:collect:v1``."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any, Self
+
+from pydantic import GetCoreSchemaHandler
+from pydantic_core import core_schema
+
+from ._errors import InvalidIntentKey
+
+SEPARATOR = ":"
+MAX_KEY_LENGTH = 255  # Stripe's Idempotency-Key limit, the strictest provider we wrap
+MAX_TAG_LENGTH = 256  # SES tag values
+_VERSION = re.compile(r"v[0-9]+")
+_TAG_SAFE = re.compile(r"[A-Za-z0-9]")
+
+
+def _check_part(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise InvalidIntentKey(f"intent key part {name} must be a str, got {type(value).__name__}")
+    if not value:
+        raise InvalidIntentKey(f"intent key part {name} is empty")
+    if SEPARATOR in value:
+        raise InvalidIntentKey(f"intent key part {name}={value!r} contains the separator {SEPARATOR!r}")
+    for char in value:
+        if not char.isprintable() or char.isspace():
+            raise InvalidIntentKey(
+                f"intent key part {name}={value!r} contains a control or whitespace character {char!r}"
+            )
+    return value
+
+
+class IntentKey(str):
+    """A validated intent key: ``object_type:object_id:action:vN`` (a str, so it stores and logs as one).
+
+    Build it with :meth:`build` from business parts, or :meth:`parse` a stored one. Extra qualifier parts
+    between action and version (``order:o_1:ship:parcel_2:v1``) are allowed for multi-step actions.
+    """
+
+    __slots__ = ()
+
+    @classmethod
+    def build(cls, object_type: str, object_id: str, action: str, *qualifiers: str, version: str = "v1") -> Self:
+        """Join business parts into a key; each part is checked, the version must look like ``v1``."""
+        parts = [
+            _check_part("object_type", object_type),
+            _check_part("object_id", object_id),
+            _check_part("action", action),
+        ]
+        parts += [_check_part(f"qualifier[{i}]", q) for i, q in enumerate(qualifiers)]
+        if not isinstance(version, str) or not _VERSION.fullmatch(version):
+            raise InvalidIntentKey(f"intent key part version={version!r} must look like 'v1', 'v2', ...")
+        parts.append(version)
+        return cls._checked(SEPARATOR.join(parts))
+
+    @classmethod
+    def parse(cls, value: object) -> Self:
+        """Validate an existing key string (or pass an IntentKey through)."""
+        if isinstance(value, cls):
+            return value
+        if not isinstance(value, str):
+            raise InvalidIntentKey(f"intent key must be a str, got {type(value).__name__}")
+        parts = value.split(SEPARATOR)
+        if len(parts) < 4:
+            raise InvalidIntentKey(
+                f"intent key {value[:80]!r} needs at least 4 parts object_type:object_id:action:vN"
+            )
+        names = ["object_type", "object_id", "action"] + [f"qualifier[{i}]" for i in range(len(parts) - 4)]
+        for name, part in zip(names, parts[:-1], strict=True):
+            _check_part(name, part)
+        if not _VERSION.fullmatch(parts[-1]):
+            raise InvalidIntentKey(f"intent key {value[:80]!r} must end in a version part like 'v1'")
+        return cls._checked(value)
+
+    @classmethod
+    def _checked(cls, key: str) -> Self:
+        if len(key) > MAX_KEY_LENGTH:
+            raise InvalidIntentKey(f"intent key is {len(key)} characters, the limit is {MAX_KEY_LENGTH}")
+        return cls(key)
+
+    @property
+    def parts(self) -> tuple[str, ...]:
+        return tuple(self.split(SEPARATOR))
+
+    def to_tag_safe(self) -> str:
+        """Map to ``[A-Za-z0-9_-]{1,256}`` (SES tags) without ever mapping two keys to one value.
+
+        Letters and digits stay, ``:`` becomes ``-``, every other character becomes ``_`` plus its code
+        point as 2 hex digits (``__`` plus 6 for wider ones). The output decodes back uniquely, so the
+        mapping is injective. A key whose escaped form exceeds 256 chars maps to ``_h`` + its SHA-256
+        (``_h`` never appears in an escaped form because ``h`` is not a hex digit).
+        """
+        out: list[str] = []
+        for char in self:
+            if _TAG_SAFE.fullmatch(char):
+                out.append(char)
+            elif char == SEPARATOR:
+                out.append("-")
+            elif ord(char) <= 0xFF:
+                out.append(f"_{ord(char):02x}")
+            else:
+                out.append(f"__{ord(char):06x}")
+        escaped = "".join(out)
+        if len(escaped) <= MAX_TAG_LENGTH:
+            return escaped
+        return "_h" + hashlib.sha256(self.encode()).hexdigest()
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        return core_schema.no_info_after_validator_function(
+            cls.parse, core_schema.str_schema(), serialization=core_schema.to_string_ser_schema()
+        )
+

@@ -1,0 +1,113 @@
+"""What the ledger stores: effect records, their audit trail and provider evidence. Ids and digests only."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ._keys import IntentKey
+from ._states import EffectStatus, TERMINAL
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Resolution(_Frozen):
+    """How an outcome was settled: by the provider's answer, a lookup, evidence, or an operator."""
+
+    method: str  # "provider_response", "key_replay", "lookup:<kind>", "evidence:<source>", "operator"
+    operator: str | None = None
+    evidence: str | None = None
+    reason: str | None = None
+    approved_by: str | None = None
+
+
+class EffectRecord(_Frozen):
+    """One row per (tenant, intent key): everything needed to decide what to do next without guessing."""
+
+    tenant: str
+    intent_key: IntentKey
+    provider: str
+    operation: str
+    request_digest: str
+    status: EffectStatus
+    version: int = 1
+    workflow_id: str | None = None
+    step_id: str | None = None
+    provider_key: str | None = None
+    attempt_count: int = 0
+    lease_owner: str | None = None
+    lease_expires_at: datetime | None = None
+    provider_result_id: str | None = None
+    response_digest: str | None = None
+    last_error_class: str | None = None
+    last_error_code: str | None = None
+    summary: dict[str, str] = Field(default_factory=dict)
+    created_at: datetime
+    updated_at: datetime
+    first_dispatched_at: datetime | None = None
+    dispatched_at: datetime | None = None
+    resolved_at: datetime | None = None
+    resolution: Resolution | None = None
+    compensates: IntentKey | None = None
+    compensated_by: IntentKey | None = None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    def lease_expired(self, now: datetime) -> bool:
+        return self.lease_expires_at is None or self.lease_expires_at <= now
+
+
+class AuditEntry(_Frozen):
+    """One append-only line per transition: who moved which intent from what to what, and why."""
+
+    tenant: str
+    intent_key: str
+    at: datetime
+    from_status: EffectStatus | None
+    to_status: EffectStatus
+    version: int
+    actor: str
+    reason: str | None = None
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class EvidenceVerdict(StrEnum):
+    CONFIRMS = "confirms"  # the provider acted (SES Send, SendGrid processed/delivered)
+    REJECTS = "rejects"  # the provider refused it (SES Reject, SendGrid dropped before sending)
+    INFORMATIONAL = "informational"  # says something, decides nothing (opens, clicks, a late response)
+
+
+class Evidence(_Frozen):
+    """A fact about an intent received from outside the dispatch path (webhook, event queue, late response)."""
+
+    tenant: str
+    intent_key: str
+    provider: str
+    source: str  # "sendgrid_webhook", "ses_event", "late_response", "operator"
+    event_id: str  # dedupe key within (provider, source)
+    kind: str  # provider's event type
+    verdict: EvidenceVerdict
+    provider_result_id: str | None = None
+    received_at: datetime
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class Receipt(_Frozen):
+    """What the caller gets for a confirmed effect. ``response`` is the live provider response when there was one."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    record: EffectRecord
+    response: Any = None
+    from_ledger: bool = False  # True when no provider call was made for this answer
+
+    @property
+    def provider_result_id(self) -> str | None:
+        return self.record.provider_result_id

@@ -1,0 +1,43 @@
+"""Effect states and the one table of allowed transitions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+
+from ._errors import IllegalTransition
+
+
+class EffectStatus(StrEnum):
+    PREPARED = "prepared"  # intent recorded, nothing sent
+    IN_FLIGHT = "in_flight"  # a worker holds a lease; the request may be on the wire
+    CONFIRMED = "confirmed"  # the provider acted; provider result id recorded
+    REJECTED = "rejected"  # the provider refused definitively; no effect
+    UNKNOWN = "unknown"  # the provider may have acted; only reconciliation moves it on
+    COMPENSATED = "compensated"  # a linked compensating intent was confirmed
+
+
+S = EffectStatus
+
+TRANSITIONS: Mapping[EffectStatus, frozenset[EffectStatus]] = {
+    # claimed by a worker
+    S.PREPARED: frozenset({S.IN_FLIGHT}),
+    # outcome of a dispatch; PREPARED when retryable refusals ran out before anything happened
+    S.IN_FLIGHT: frozenset({S.CONFIRMED, S.REJECTED, S.UNKNOWN, S.PREPARED}),
+    # reconciliation: lookup or operator settles it; IN_FLIGHT for a same-key replay; PREPARED when the
+    # provider proves absence and its contract allows a redispatch
+    S.UNKNOWN: frozenset({S.CONFIRMED, S.REJECTED, S.IN_FLIGHT, S.PREPARED}),
+    # only through a separate, linked compensating intent
+    S.CONFIRMED: frozenset({S.COMPENSATED}),
+    S.REJECTED: frozenset(),
+    S.COMPENSATED: frozenset(),
+}
+
+TERMINAL: frozenset[EffectStatus] = frozenset({S.CONFIRMED, S.REJECTED, S.COMPENSATED})
+UNSETTLED: frozenset[EffectStatus] = frozenset({S.PREPARED, S.IN_FLIGHT, S.UNKNOWN})
+
+
+def check_transition(source: EffectStatus, target: EffectStatus, intent_key: str | None = None) -> None:
+    """Raise :class:`IllegalTransition` unless ``source -> target`` is in :data:`TRANSITIONS`."""
+    if target not in TRANSITIONS[source]:
+        raise IllegalTransition(source.value, target.value, intent_key)

@@ -1,0 +1,91 @@
+"""The store seam: the few operations the ledger needs from a database. One module per backend."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from datetime import datetime
+from typing import Any, Protocol
+
+from ._records import AuditEntry, EffectRecord, Evidence
+from ._states import EffectStatus
+
+
+class Store(Protocol):
+    """Durable home of effect records, their audit trail and evidence.
+
+    Every state change is a conditional update on (status, version) that also appends an audit row in the
+    same transaction; a lost race raises :class:`StaleRecord` and writes nothing.
+    """
+
+    def migrate(self) -> None:
+        """Apply pending schema migrations; idempotent and safe from two processes at once."""
+        ...
+
+    def close(self) -> None: ...
+
+    def insert_if_absent(
+        self, record: EffectRecord, *, actor: str, reason: str | None = None, connection: Any = None
+    ) -> tuple[EffectRecord, bool]:
+        """Insert ``record`` (and its first audit row) unless (tenant, intent_key) exists.
+
+        Returns the stored row and whether this call created it. With ``connection`` (the caller's own
+        sqlite3 / psycopg connection) the insert joins the caller's transaction and is not committed here.
+        """
+        ...
+
+    def get(self, tenant: str, intent_key: str) -> EffectRecord | None: ...
+
+    def transition(
+        self,
+        record: EffectRecord,
+        to: EffectStatus,
+        *,
+        now: datetime,
+        actor: str,
+        reason: str | None = None,
+        changes: Mapping[str, Any] | None = None,
+        detail: Mapping[str, Any] | None = None,
+        before_commit: Callable[[], None] | None = None,
+    ) -> EffectRecord:
+        """Move ``record`` to ``to`` if it is still at ``record.status`` and ``record.version``.
+
+        ``changes`` sets other fields (names of :class:`EffectRecord` fields). ``before_commit`` runs inside
+        the transaction just before COMMIT (a crash point). Raises IllegalTransition or StaleRecord.
+        """
+        ...
+
+    def list_by_status(
+        self,
+        statuses: Collection[EffectStatus],
+        *,
+        tenant: str | None = None,
+        provider: str | None = None,
+        updated_before: datetime | None = None,
+        limit: int = 100,
+    ) -> list[EffectRecord]:
+        """Records in ``statuses``, least recently updated first, through the (status, updated_at) index."""
+        ...
+
+    def find_by_provider_key(self, provider: str, provider_key: str) -> EffectRecord | None:
+        """The record whose provider key (idempotency key, tag, custom arg) is ``provider_key``."""
+        ...
+
+    def audit_trail(self, tenant: str, intent_key: str) -> list[AuditEntry]: ...
+
+    def add_evidence(self, evidence: Evidence) -> bool:
+        """Store evidence once per (provider, source, event_id); False when it was already there."""
+        ...
+
+    def evidence_for(self, tenant: str, intent_key: str) -> list[Evidence]: ...
+
+    def status_counts(self) -> list[tuple[str, str, EffectStatus, int]]:
+        """(tenant, provider, status, count) for every non-empty group: cheap enough for a metrics scrape."""
+        ...
+
+    def oldest_updated(self, status: EffectStatus) -> dict[str, datetime]:
+        """Per provider, the oldest ``updated_at`` among records in ``status``."""
+        ...
+
+    def purge(self, *, statuses: Collection[EffectStatus], updated_before: datetime, limit: int = 1000) -> int:
+        """Delete up to ``limit`` records in ``statuses`` last updated before the cut-off; returns the count."""
+        ...

@@ -1,0 +1,295 @@
+"""A real HTTP server on 127.0.0.1 that provider fakes build on: records every request, injects faults.
+
+A provider fake supplies one ``handler(FakeRequest) -> FakeResponse`` holding its rules and state (moto's
+split: state and rules in the handler, wire and faults here). Faults are queued and matched by method and
+path prefix; each fires ``times`` times. Hooks fire when a request arrives and when it committed an effect,
+so a test can SIGKILL a worker at exactly those moments.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+
+@dataclass(frozen=True, slots=True)
+class FakeRequest:
+    seq: int
+    method: str
+    path: str
+    query: Mapping[str, list[str]]
+    headers: Mapping[str, str]  # lower-cased names
+    body: bytes
+    received_at: float  # time.monotonic()
+
+    def json(self) -> Any:
+        return json.loads(self.body or b"null")
+
+    def header(self, name: str, default: str | None = None) -> str | None:
+        return self.headers.get(name.lower(), default)
+
+
+@dataclass(frozen=True, slots=True)
+class FakeResponse:
+    status: int
+    body: bytes = b""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    committed: bool = False  # did handling this request cause a provider-side effect?
+
+    @classmethod
+    def json(cls, status: int, payload: Any, *, headers: Mapping[str, str] | None = None,
+             committed: bool = False) -> FakeResponse:
+        merged = {"Content-Type": "application/json", **(headers or {})}
+        return cls(status, json.dumps(payload).encode(), merged, committed)
+
+
+class FaultKind(StrEnum):
+    STATUS = "status"  # answer with an error status; the handler never runs, nothing is committed
+    DROP_BEFORE_COMMIT = "drop_before_commit"  # close the connection; the handler never runs
+    DROP_AFTER_COMMIT = "drop_after_commit"  # handler runs (effect committed), connection closed unanswered
+    DELAY = "delay"  # handler runs, the answer waits ``seconds`` (past the client's read timeout)
+    CUT_BODY = "cut_body"  # handler runs, status and headers are sent with half the body, then close
+    STATUS_AFTER_COMMIT = "status_after_commit"  # handler runs, then an error status is answered
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    kind: FaultKind
+    status: int = 500
+    body: Any = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+    times: int = 1
+    method: str | None = "POST"
+    path_prefix: str = "/"
+
+    @classmethod
+    def status_code(cls, status: int, *, body: Any = None, headers: Mapping[str, str] | None = None,
+                    **match: Any) -> Fault:
+        return cls(FaultKind.STATUS, status=status, body=body, headers=headers or {}, **match)
+
+    @classmethod
+    def drop_after_commit(cls, **match: Any) -> Fault:
+        return cls(FaultKind.DROP_AFTER_COMMIT, **match)
+
+    @classmethod
+    def drop_before_commit(cls, **match: Any) -> Fault:
+        return cls(FaultKind.DROP_BEFORE_COMMIT, **match)
+
+    @classmethod
+    def delay(cls, seconds: float, **match: Any) -> Fault:
+        return cls(FaultKind.DELAY, seconds=seconds, **match)
+
+    @classmethod
+    def cut_body(cls, **match: Any) -> Fault:
+        return cls(FaultKind.CUT_BODY, **match)
+
+    @classmethod
+    def status_after_commit(cls, status: int, *, body: Any = None, **match: Any) -> Fault:
+        return cls(FaultKind.STATUS_AFTER_COMMIT, status=status, body=body, **match)
+
+    def matches(self, request: FakeRequest) -> bool:
+        return (self.method is None or self.method == request.method) and request.path.startswith(
+            self.path_prefix
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """One request as the fake saw it, with what it did about it."""
+
+    request: FakeRequest
+    status: int | None  # None when the connection was dropped unanswered
+    fault: FaultKind | None
+    committed: bool
+
+
+Hook = Callable[[FakeRequest], None]
+Handler = Callable[[FakeRequest], FakeResponse]
+
+
+class FakeHTTPServer:
+    """Serve ``handler`` on 127.0.0.1 with recording, fault injection and arrival/commit hooks."""
+
+    def __init__(self, handler: Handler, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._handler = handler
+        self._lock = threading.Lock()
+        self._faults: list[list[Any]] = []  # [fault, remaining]
+        self._exchanges: list[Exchange] = []
+        self._on_received: list[Hook] = []
+        self._on_committed: list[Hook] = []
+        self._closing = threading.Event()
+        self._seq = 0
+        self._httpd = ThreadingHTTPServer((host, port), _make_handler_class(self))
+        self._httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> FakeHTTPServer:
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="fake-http", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._closing.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def __enter__(self) -> FakeHTTPServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def inject(self, fault: Fault) -> None:
+        """Queue a fault; the first queued fault that matches a request fires."""
+        with self._lock:
+            self._faults.append([fault, fault.times])
+
+    def clear_faults(self) -> None:
+        with self._lock:
+            self._faults.clear()
+
+    def pending_faults(self) -> list[Fault]:
+        """Faults that have not fired (yet): a test can assert it used every fault it set up."""
+        with self._lock:
+            return [f for f, _ in self._faults]
+
+    def on_received(self, hook: Hook) -> None:
+        self._on_received.append(hook)
+
+    def on_committed(self, hook: Hook) -> None:
+        self._on_committed.append(hook)
+
+    def clear_hooks(self) -> None:
+        self._on_received.clear()
+        self._on_committed.clear()
+
+    @property
+    def exchanges(self) -> list[Exchange]:
+        with self._lock:
+            return list(self._exchanges)
+
+    def requests(self, method: str | None = None, path_prefix: str = "/") -> list[FakeRequest]:
+        return [
+            e.request
+            for e in self.exchanges
+            if (method is None or e.request.method == method) and e.request.path.startswith(path_prefix)
+        ]
+
+    # -- used by the request handler thread -------------------------------------------------------------
+
+    def _next_seq(self) -> int:
+        with self._lock:
+            self._seq += 1
+            return self._seq
+
+    def _take_fault(self, request: FakeRequest) -> Fault | None:
+        with self._lock:
+            for entry in self._faults:
+                fault, remaining = entry
+                if fault.matches(request):
+                    if remaining <= 1:
+                        self._faults.remove(entry)
+                    else:
+                        entry[1] = remaining - 1
+                    return fault  # type: ignore[no-any-return]
+        return None
+
+    def _record(self, exchange: Exchange) -> None:
+        with self._lock:
+            self._exchanges.append(exchange)
+
+    def _serve(self, request: FakeRequest) -> tuple[Fault | None, FakeResponse | None]:
+        """Apply faults around the handler. Returns the fault and the response to write (None: drop)."""
+        for hook in self._on_received:
+            hook(request)
+        fault = self._take_fault(request)
+        if fault is not None and fault.kind is FaultKind.STATUS:
+            response = FakeResponse.json(fault.status, fault.body or {"error": "injected"}, headers=fault.headers)
+            self._record(Exchange(request, fault.status, fault.kind, committed=False))
+            return fault, response
+        if fault is not None and fault.kind is FaultKind.DROP_BEFORE_COMMIT:
+            self._record(Exchange(request, None, fault.kind, committed=False))
+            return fault, None
+        response = self._handler(request)
+        if response.committed:
+            for hook in self._on_committed:
+                hook(request)
+        if fault is None:
+            self._record(Exchange(request, response.status, None, response.committed))
+            return None, response
+        if fault.kind is FaultKind.DROP_AFTER_COMMIT:
+            self._record(Exchange(request, None, fault.kind, response.committed))
+            return fault, None
+        if fault.kind is FaultKind.STATUS_AFTER_COMMIT:
+            self._record(Exchange(request, fault.status, fault.kind, response.committed))
+            return fault, FakeResponse.json(fault.status, fault.body or {"error": "injected"})
+        if fault.kind is FaultKind.DELAY:
+            self._closing.wait(fault.seconds)
+        self._record(Exchange(request, response.status, fault.kind, response.committed))
+        return fault, response
+
+
+def _make_handler_class(server: FakeHTTPServer) -> type[BaseHTTPRequestHandler]:
+    class _Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+            """Quiet: the exchange log is the record."""
+
+        def _handle(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            parts = urlsplit(self.path)
+            request = FakeRequest(
+                seq=server._next_seq(),
+                method=self.command,
+                path=parts.path,
+                query=parse_qs(parts.query),
+                headers={k.lower(): v for k, v in self.headers.items()},
+                body=body,
+                received_at=time.monotonic(),
+            )
+            fault, response = server._serve(request)
+            try:
+                if response is None:
+                    self._drop()
+                    return
+                cut = fault is not None and fault.kind is FaultKind.CUT_BODY
+                self.send_response(response.status)
+                for name, value in response.headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(response.body)))
+                self.end_headers()
+                if cut:
+                    self.wfile.write(response.body[: len(response.body) // 2])
+                    self.wfile.flush()
+                    self._drop()
+                    return
+                self.wfile.write(response.body)
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True
+
+        def _drop(self) -> None:
+            self.close_connection = True
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+        do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = _handle
+
+    return _Handler

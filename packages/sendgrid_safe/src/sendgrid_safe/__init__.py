@@ -1,0 +1,1 @@
+"""sendgrid_safe."""
