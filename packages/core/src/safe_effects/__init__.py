@@ -10,6 +10,7 @@ from ._contract import (
     ParameterMatching,
     ProviderContract,
 )
+from ._crash import CrashPlan, CrashPoint, SimulatedCrash
 from ._digest import canonical_json, request_digest
 from ._errors import (
     ApprovalError,
@@ -33,11 +34,32 @@ from ._errors import (
     UnknownTenant,
 )
 from ._keys import IntentKey
+from ._ledger import Ledger
+from ._observer import NullObserver, Observer
+from ._policies import LeasePolicy, RetryPolicy
+from ._postgres import PostgresStore
 from ._records import AuditEntry, EffectRecord, Evidence, EvidenceVerdict, Receipt, Resolution
+from ._sqlite import SQLiteStore
 from ._states import TERMINAL, TRANSITIONS, UNSETTLED, EffectStatus, check_transition
+from ._store import Store
+from ._store_url import open_store
 from ._tenants import DEFAULT_TENANT, check_tenant
 
 __all__ = [
+    # the executor
+    "Ledger",
+    "RetryPolicy",
+    "LeasePolicy",
+    "Observer",
+    "NullObserver",
+    "CrashPlan",
+    "CrashPoint",
+    "SimulatedCrash",
+    # stores
+    "Store",
+    "SQLiteStore",
+    "PostgresStore",
+    "open_store",
     # keys, digests, tenants
     "IntentKey",
     "request_digest",

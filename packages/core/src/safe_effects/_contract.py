@@ -75,10 +75,8 @@ class ProviderContract(_Frozen):
         return first_dispatched_at + self.idempotency.retention - self.replay_safety_margin
 
     def can_replay(self, first_dispatched_at: datetime | None, now: datetime) -> bool:
-        """True when resending with the same key is deduped for sure (never dispatched counts as safe)."""
-        if first_dispatched_at is None:
-            return True
-        deadline = self.replay_deadline(first_dispatched_at)
+        """True when resending with the same key is certain to be deduped by the provider."""
+        deadline = None if first_dispatched_at is None else self.replay_deadline(first_dispatched_at)
         return deadline is not None and now < deadline
 
     def lookup(self, kind: LookupKind) -> LookupMethod | None:

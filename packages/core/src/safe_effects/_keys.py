@@ -51,7 +51,7 @@ class IntentKey(str):
             _check_part("action", action),
         ]
         parts += [_check_part(f"qualifier[{i}]", q) for i, q in enumerate(qualifiers)]
-        if not isinstance(version, str) or not _VERSION.fullmatch(version):
+        if not _VERSION.fullmatch(_check_part("version", version)):
             raise InvalidIntentKey(f"intent key part version={version!r} must look like 'v1', 'v2', ...")
         parts.append(version)
         return cls._checked(SEPARATOR.join(parts))
@@ -65,9 +65,7 @@ class IntentKey(str):
             raise InvalidIntentKey(f"intent key must be a str, got {type(value).__name__}")
         parts = value.split(SEPARATOR)
         if len(parts) < 4:
-            raise InvalidIntentKey(
-                f"intent key {value[:80]!r} needs at least 4 parts object_type:object_id:action:vN"
-            )
+            raise InvalidIntentKey(f"intent key {value[:80]!r} needs at least 4 parts object_type:object_id:action:vN")
         names = ["object_type", "object_id", "action"] + [f"qualifier[{i}]" for i in range(len(parts) - 4)]
         for name, part in zip(names, parts[:-1], strict=True):
             _check_part(name, part)
@@ -113,4 +111,3 @@ class IntentKey(str):
         return core_schema.no_info_after_validator_function(
             cls.parse, core_schema.str_schema(), serialization=core_schema.to_string_ser_schema()
         )
-

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ._keys import IntentKey
-from ._states import EffectStatus, TERMINAL
+from ._states import TERMINAL, EffectStatus
 
 
 class _Frozen(BaseModel):

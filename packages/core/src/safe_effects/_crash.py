@@ -1,0 +1,64 @@
+"""Named crash points in the effect path, so tests can kill a worker exactly where it hurts.
+
+The executor hits ``before_dispatch``, ``after_response`` and ``during_receipt_persist`` itself. The two in
+the middle, ``after_dispatch`` (the provider received the request) and ``after_provider_accept`` (the
+provider committed the effect), happen on the provider's side of the wire: fakes hit them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
+
+
+class CrashPoint(StrEnum):
+    BEFORE_DISPATCH = "before_dispatch"
+    AFTER_DISPATCH = "after_dispatch"
+    AFTER_PROVIDER_ACCEPT = "after_provider_accept"
+    AFTER_RESPONSE = "after_response"
+    DURING_RECEIPT_PERSIST = "during_receipt_persist"
+
+
+class SimulatedCrash(BaseException):
+    """Raised at a crash point in ``raise`` mode; a BaseException so ``except Exception`` cannot swallow it."""
+
+    def __init__(self, point: CrashPoint) -> None:
+        self.point = point
+        super().__init__(f"simulated crash at {point}")
+
+
+CrashAction = Literal["raise", "sigkill"]
+
+
+@dataclass(frozen=True, slots=True)
+class CrashPlan:
+    """Where to crash and how: raise :class:`SimulatedCrash`, or SIGKILL this very process."""
+
+    at: frozenset[CrashPoint] = frozenset()
+    action: CrashAction = "raise"
+
+    @classmethod
+    def crash_at(cls, *points: CrashPoint | str, action: CrashAction = "raise") -> CrashPlan:
+        return cls(frozenset(CrashPoint(p) for p in points), action)
+
+    @classmethod
+    def from_env(cls) -> CrashPlan:
+        """Read ``SAFE_EFFECTS_CRASH_AT`` (comma list) and ``SAFE_EFFECTS_CRASH_ACTION`` for worker processes."""
+        points = [p for p in os.environ.get("SAFE_EFFECTS_CRASH_AT", "").split(",") if p]
+        action = os.environ.get("SAFE_EFFECTS_CRASH_ACTION", "sigkill")
+        if action not in ("raise", "sigkill"):
+            raise ValueError(f"SAFE_EFFECTS_CRASH_ACTION must be raise or sigkill, not {action!r}")
+        return cls.crash_at(*points, action=action)  # type: ignore[arg-type]
+
+    def hit(self, point: CrashPoint) -> None:
+        if point not in self.at:
+            return
+        if self.action == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise SimulatedCrash(point)
+
+
+NO_CRASH = CrashPlan()

@@ -1,0 +1,655 @@
+"""The executor: every external write goes through here, exactly once per intent, or ends as ``unknown``."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, TypeVar
+
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
+
+from ._adapter import EffectRequest, LookupResult, LookupStatus, Outcome, ProviderAdapter, Verdict
+from ._clock import Clock, system_clock
+from ._contract import ProviderContract
+from ._crash import NO_CRASH, CrashPlan, CrashPoint
+from ._digest import request_digest
+from ._errors import (
+    EffectDeferred,
+    EffectInProgress,
+    EffectRejected,
+    EffectUnknown,
+    IllegalTransition,
+    IntentConflict,
+    IntentNotFound,
+    LeaseLost,
+    StaleRecord,
+    UnknownTenant,
+)
+from ._keys import IntentKey
+from ._observer import NullObserver, Observer
+from ._policies import DEFAULT_LEASE, DEFAULT_RETRY, LeasePolicy, RetryPolicy
+from ._records import EffectRecord, Evidence, EvidenceVerdict, Receipt, Resolution
+from ._states import EffectStatus
+from ._store import Store
+from ._tenants import DEFAULT_TENANT, check_tenant
+
+R = TypeVar("R")
+S = EffectStatus
+
+
+class _Retryable(Exception):
+    def __init__(self, verdict: Verdict, error: Exception) -> None:
+        self.verdict = verdict
+        self.error = error
+
+
+class _Settled(Exception):
+    """Dispatch ended without a response: carries the verdict and the provider's exception."""
+
+    def __init__(self, verdict: Verdict, error: Exception) -> None:
+        self.verdict = verdict
+        self.error = error
+
+
+def _default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Ledger:
+    """Runs effects through a :class:`Store` so each intent reaches the provider at most once, knowingly."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        clock: Clock = system_clock,
+        worker_id: str | None = None,
+        lease: LeasePolicy = DEFAULT_LEASE,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        tenants: Collection[str] | None = None,
+        crash_plan: CrashPlan = NO_CRASH,
+        observer: Observer | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.worker_id = worker_id or _default_worker_id()
+        self.lease = lease
+        self.retry = retry
+        self.tenants = frozenset(check_tenant(t) for t in tenants) if tenants is not None else None
+        self.crash_plan = crash_plan
+        self.observer: Observer = observer or NullObserver()
+        self._sleep = sleep
+        # built once: tenacity keeps per-call state thread-local, so one Retrying serves every thread
+        self._retrying = Retrying(
+            stop=stop_after_attempt(retry.max_attempts) | stop_after_delay(retry.max_total_seconds),
+            wait=self._retry_wait,
+            retry=retry_if_exception_type(_Retryable),
+            sleep=sleep,
+            reraise=True,
+        )
+
+    @classmethod
+    def open(cls, url: str = "sqlite:///safe-effects.sqlite3", **options: Any) -> Ledger:
+        """Open (and migrate) the store at ``url`` — ``sqlite:///file`` or ``postgresql://...``."""
+        from ._store_url import open_store  # noqa: PLC0415 - keeps psycopg out of import time
+
+        store = open_store(url)
+        store.migrate()
+        return cls(store, **options)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- public API ---------------------------------------------------------------------------------------
+
+    def execute(
+        self,
+        adapter: ProviderAdapter[R],
+        request: EffectRequest,
+        *,
+        intent_key: IntentKey | str,
+        tenant: str = DEFAULT_TENANT,
+        workflow_id: str | None = None,
+        step_id: str | None = None,
+        compensates: IntentKey | None = None,
+    ) -> Receipt:
+        """Perform ``request`` once for ``intent_key``: a receipt, or a typed outcome error, never a guess."""
+        fresh = self._new_record(
+            adapter,
+            request,
+            intent_key=intent_key,
+            tenant=tenant,
+            status=S.IN_FLIGHT,
+            workflow_id=workflow_id,
+            step_id=step_id,
+        )
+        if compensates is not None:
+            fresh = fresh.model_copy(update={"compensates": compensates})
+        contract = adapter.contract_for(request.operation)
+        record, created = self.store.insert_if_absent(fresh, actor=self.worker_id, reason="claim")
+        if created:
+            return self._dispatch(adapter, request, record, contract)
+        return self._resume(adapter, request, record, fresh.request_digest, contract)
+
+    def prepare(
+        self,
+        adapter: ProviderAdapter[Any],
+        request: EffectRequest,
+        *,
+        intent_key: IntentKey | str,
+        tenant: str = DEFAULT_TENANT,
+        workflow_id: str | None = None,
+        step_id: str | None = None,
+        connection: Any = None,
+    ) -> EffectRecord:
+        """Record the intent as ``prepared`` (optionally inside the caller's own DB transaction)."""
+        fresh = self._new_record(
+            adapter,
+            request,
+            intent_key=intent_key,
+            tenant=tenant,
+            status=S.PREPARED,
+            workflow_id=workflow_id,
+            step_id=step_id,
+        )
+        record, created = self.store.insert_if_absent(
+            fresh, actor=self.worker_id, reason="prepare", connection=connection
+        )
+        if not created:
+            self._check_digest(record, fresh.request_digest)
+        return record
+
+    def get(self, intent_key: IntentKey | str, *, tenant: str = DEFAULT_TENANT) -> EffectRecord:
+        key, tenant = IntentKey.parse(intent_key), self._tenant(tenant)
+        record = self.store.get(tenant, key)
+        if record is None:
+            raise IntentNotFound(f"no effect recorded for intent {key!r} (tenant {tenant!r})")
+        return record
+
+    def reconcile(
+        self, adapter: ProviderAdapter[Any], *, intent_key: IntentKey | str, tenant: str = DEFAULT_TENANT
+    ) -> EffectRecord:
+        """Settle an unknown (or abandoned in-flight) intent from evidence or a lookup; never redispatches."""
+        record = self.get(intent_key, tenant=tenant)
+        record = self._expire_lease(record)
+        if record.status is not S.UNKNOWN:
+            return record
+        settled = self._settle_by_evidence(record) or self._settle_by_lookup(adapter, record)
+        return settled or self.get(intent_key, tenant=tenant)
+
+    def compensate(
+        self,
+        adapter: ProviderAdapter[R],
+        request: EffectRequest,
+        *,
+        original_key: IntentKey | str,
+        compensating_key: IntentKey | str,
+        tenant: str = DEFAULT_TENANT,
+    ) -> Receipt:
+        """Run a separate, linked compensating intent; the original turns ``compensated`` once it is confirmed."""
+        original = self.get(original_key, tenant=tenant)
+        comp_key = IntentKey.parse(compensating_key)
+        if original.status is S.COMPENSATED and original.compensated_by == comp_key:
+            return self.execute(adapter, request, intent_key=comp_key, tenant=tenant, compensates=original.intent_key)
+        if original.status is not S.CONFIRMED:
+            raise IllegalTransition(original.status.value, S.COMPENSATED.value, original.intent_key)
+        receipt = self.execute(
+            adapter,
+            request,
+            intent_key=comp_key,
+            tenant=tenant,
+            workflow_id=original.workflow_id,
+            compensates=original.intent_key,
+        )
+        if receipt.record.compensates != original.intent_key:
+            raise IllegalTransition(original.status.value, S.COMPENSATED.value, comp_key)
+        return receipt
+
+    def settle(
+        self,
+        record: EffectRecord,
+        to: EffectStatus,
+        *,
+        resolution: Resolution,
+        actor: str,
+        provider_result_id: str | None = None,
+        response_digest: str | None = None,
+    ) -> EffectRecord:
+        """Move an unknown record to confirmed or rejected, conditional on the state the caller saw."""
+        now = self.clock()
+        changes: dict[str, Any] = {
+            "resolved_at": now,
+            "resolution": resolution,
+            "lease_owner": None,
+            "lease_expires_at": None,
+        }
+        if provider_result_id is not None:
+            changes["provider_result_id"] = provider_result_id
+        if response_digest is not None:
+            changes["response_digest"] = response_digest
+        settled = self.store.transition(
+            record, to, now=now, actor=actor, reason=resolution.reason or resolution.method, changes=changes
+        )
+        self._observe("reconciliation", settled, method=resolution.method, outcome=to.value)
+        self._after_settled(settled)
+        return settled
+
+    def record_evidence(self, evidence: Evidence) -> bool:
+        """Store provider evidence once; if it decides an unknown intent, settle it now. False if a duplicate."""
+        self._tenant(evidence.tenant)
+        if not self.store.add_evidence(evidence):
+            return False
+        record = self.store.get(evidence.tenant, evidence.intent_key)
+        if record is not None:
+            record = self._expire_lease(record)
+            if record.status is S.UNKNOWN:
+                with contextlib.suppress(StaleRecord):  # settled meanwhile; the evidence is kept either way
+                    self._settle_by_evidence(record)
+        return True
+
+    # -- claim and resume ---------------------------------------------------------------------------------
+
+    def _new_record(
+        self,
+        adapter: ProviderAdapter[Any],
+        request: EffectRequest,
+        *,
+        intent_key: IntentKey | str,
+        tenant: str,
+        status: EffectStatus,
+        workflow_id: str | None,
+        step_id: str | None,
+    ) -> EffectRecord:
+        """Validate everything about the call before the store is touched."""
+        tenant = self._tenant(tenant)
+        key = IntentKey.parse(intent_key)
+        digest = request_digest(
+            {"provider": adapter.provider, "operation": request.operation, "params": dict(request.params)}
+        )
+        now = self.clock()
+        claimed = status is S.IN_FLIGHT
+        return EffectRecord(
+            tenant=tenant,
+            intent_key=key,
+            provider=adapter.provider,
+            operation=request.operation,
+            request_digest=digest,
+            status=status,
+            workflow_id=workflow_id,
+            step_id=step_id,
+            provider_key=adapter.provider_key(tenant, key),
+            attempt_count=1 if claimed else 0,
+            lease_owner=self.worker_id if claimed else None,
+            lease_expires_at=now + self.lease.duration if claimed else None,
+            summary=dict(request.summary),
+            created_at=now,
+            updated_at=now,
+            first_dispatched_at=now if claimed else None,
+            dispatched_at=now if claimed else None,
+        )
+
+    def _resume(
+        self,
+        adapter: ProviderAdapter[R],
+        request: EffectRequest,
+        record: EffectRecord,
+        digest: str,
+        contract: ProviderContract,
+    ) -> Receipt:
+        """Answer a call whose intent is already recorded, without ever dispatching twice."""
+        self._check_digest(record, digest)
+        deadline = time.monotonic() + self.lease.wait_for_other.total_seconds()
+        contended = False
+        while True:
+            try:
+                if record.status in (S.CONFIRMED, S.COMPENSATED):
+                    return Receipt(record=record, from_ledger=True)
+                if record.status is S.REJECTED:
+                    raise self._rejected(record, None)
+                if record.status is S.PREPARED:
+                    return self._dispatch(adapter, request, self._claim(record), contract)
+                if record.status is S.UNKNOWN:
+                    return self._reconcile_for_caller(adapter, request, record, contract)
+                if record.lease_expired(self.clock()):
+                    record = self._expire_lease(record)
+                    continue
+            except StaleRecord:
+                pass  # another worker moved it: read again and decide again
+            if not contended:
+                contended = True
+                self._observe("claim_contended", record)
+            if time.monotonic() >= deadline:
+                raise EffectInProgress(
+                    f"intent {record.intent_key!r} is held by {record.lease_owner} until "
+                    f"{record.lease_expires_at}; it did not finish within {self.lease.wait_for_other}",
+                    intent_key=record.intent_key,
+                    record=record,
+                )
+            self._sleep(self.lease.poll_interval)
+            record = self.get(record.intent_key, tenant=record.tenant)
+
+    def _claim(self, record: EffectRecord, *, reason: str = "claim") -> EffectRecord:
+        now = self.clock()
+        return self.store.transition(
+            record,
+            S.IN_FLIGHT,
+            now=now,
+            actor=self.worker_id,
+            reason=reason,
+            changes={
+                "lease_owner": self.worker_id,
+                "lease_expires_at": now + self.lease.duration,
+                "attempt_count": record.attempt_count + 1,
+                "first_dispatched_at": record.first_dispatched_at or now,
+                "dispatched_at": now,
+            },
+        )
+
+    def _expire_lease(self, record: EffectRecord) -> EffectRecord:
+        """An in-flight record whose lease ran out lost its worker: its outcome is unknown."""
+        if record.status is not S.IN_FLIGHT or not record.lease_expired(self.clock()):
+            return record
+        return self.store.transition(
+            record,
+            S.UNKNOWN,
+            now=self.clock(),
+            actor=self.worker_id,
+            reason=f"lease of {record.lease_owner} expired: worker lost",
+            changes={"lease_owner": None, "lease_expires_at": None, "last_error_class": "LeaseExpired"},
+        )
+
+    # -- dispatch -----------------------------------------------------------------------------------------
+
+    def _dispatch(
+        self,
+        adapter: ProviderAdapter[R],
+        request: EffectRequest,
+        record: EffectRecord,
+        contract: ProviderContract,
+        *,
+        method: str = "provider_response",
+    ) -> Receipt:
+        assert record.provider_key is not None
+        self.crash_plan.hit(CrashPoint.BEFORE_DISPATCH)
+        try:
+            response = self._send_with_retries(adapter, request, record.provider_key)
+        except _Retryable as exhausted:
+            # a deferred replay goes back to unknown: an earlier attempt may have acted
+            back_to = S.UNKNOWN if method == "key_replay" else S.PREPARED
+            self._finish(record, back_to, exhausted.verdict, released=True)
+            raise EffectDeferred(
+                f"intent {record.intent_key!r}: {exhausted.verdict.error_class} persisted through "
+                f"{self.retry.max_attempts} attempts; the intent is {back_to} again, try again later",
+                intent_key=record.intent_key,
+                retry_after=exhausted.verdict.retry_after,
+                provider_error=exhausted.error,
+            ) from exhausted.error
+        except _Settled as settled:
+            verdict = settled.verdict
+            if verdict.outcome is Outcome.FINAL:
+                rejected = self._finish(record, S.REJECTED, verdict, method=method)
+                raise self._rejected(rejected, settled.error) from settled.error
+            unknown = self._finish(record, S.UNKNOWN, verdict)
+            raise EffectUnknown(
+                f"intent {record.intent_key!r}: {verdict.error_class} after the request may have reached "
+                f"{record.provider}; it is recorded unknown and will be reconciled, not resent blindly",
+                intent_key=record.intent_key,
+                record=unknown,
+            ) from settled.error
+        self.crash_plan.hit(CrashPoint.AFTER_RESPONSE)
+        try:
+            result_id, digest = adapter.result_id(response), adapter.response_digest(response)
+        except Exception as exc:  # an adapter bug after a real response: the effect happened, id unreadable
+            unknown = self._finish(record, S.UNKNOWN, Verdict.of(exc, Outcome.UNKNOWN, "result_unreadable"))
+            raise EffectUnknown(
+                f"intent {record.intent_key!r}: the provider answered but the adapter could not read it",
+                intent_key=record.intent_key,
+                record=unknown,
+            ) from exc
+        confirmed = self._finish(
+            record,
+            S.CONFIRMED,
+            None,
+            method=method,
+            result_id=result_id,
+            response_digest=digest,
+            before_commit=self._receipt_crash_hook(),
+        )
+        return Receipt(record=confirmed, response=response)
+
+    def _receipt_crash_hook(self) -> Callable[[], None] | None:
+        """Only a planned crash needs a hook inside the confirm transaction; without one it is one statement."""
+        if CrashPoint.DURING_RECEIPT_PERSIST not in self.crash_plan.at:
+            return None
+        return lambda: self.crash_plan.hit(CrashPoint.DURING_RECEIPT_PERSIST)
+
+    def _send_with_retries(self, adapter: ProviderAdapter[R], request: EffectRequest, provider_key: str) -> R:
+        def attempt() -> R:
+            try:
+                return adapter.dispatch(request, provider_key)
+            except Exception as error:
+                verdict = self._classify(adapter, error)
+                if verdict.outcome is Outcome.RETRYABLE:
+                    raise _Retryable(verdict, error) from error
+                raise _Settled(verdict, error) from error
+
+        return self._retrying(attempt)
+
+    def _retry_wait(self, state: RetryCallState) -> float:
+        """Honour the provider's Retry-After hint, else back off exponentially; never above ``max_wait``."""
+        failure = state.outcome.exception() if state.outcome is not None else None
+        hint = failure.verdict.retry_after if isinstance(failure, _Retryable) else None
+        backoff = self.retry.initial_wait * 2 ** (state.attempt_number - 1)
+        return min(self.retry.max_wait, hint if hint is not None else backoff)
+
+    @staticmethod
+    def _classify(adapter: ProviderAdapter[Any], error: Exception) -> Verdict:
+        try:
+            return adapter.classify(error)
+        except Exception as broken:  # a classifier bug must never turn into a silent success or a resend
+            return Verdict.of(error, Outcome.UNKNOWN, f"classify_failed:{type(broken).__name__}")
+
+    def _finish(
+        self,
+        record: EffectRecord,
+        to: EffectStatus,
+        verdict: Verdict | None,
+        *,
+        method: str = "provider_response",
+        released: bool = False,
+        result_id: str | None = None,
+        response_digest: str | None = None,
+        before_commit: Callable[[], None] | None = None,
+    ) -> EffectRecord:
+        """Record this worker's outcome; if its lease was taken over, keep the outcome as evidence instead."""
+        now = self.clock()
+        changes: dict[str, Any] = {"lease_owner": None, "lease_expires_at": None}
+        if verdict is not None:
+            changes |= {"last_error_class": verdict.error_class, "last_error_code": verdict.error_code}
+            result_id = result_id or verdict.provider_result_id
+        if result_id is not None:
+            changes["provider_result_id"] = result_id
+        if response_digest is not None:
+            changes["response_digest"] = response_digest
+        if to in (S.CONFIRMED, S.REJECTED):
+            changes |= {"resolved_at": now, "resolution": Resolution(method=method)}
+        reason = "retryable refusals exhausted" if released else method if verdict is None else verdict.error_class
+        try:
+            finished = self.store.transition(
+                record,
+                to,
+                now=now,
+                actor=self.worker_id,
+                reason=reason,
+                changes=changes,
+                before_commit=before_commit,
+            )
+        except StaleRecord as lost:
+            return self._lease_lost(record, to, result_id, lost)
+        if method != "provider_response":
+            self._observe("reconciliation", finished, method=method, outcome=to.value)
+        self._after_settled(finished)
+        return finished
+
+    def _lease_lost(
+        self, record: EffectRecord, to: EffectStatus, result_id: str | None, lost: StaleRecord
+    ) -> EffectRecord:
+        current = self.get(record.intent_key, tenant=record.tenant)
+        if current.status is to and current.provider_result_id == result_id:
+            return current  # the taker-over reached the same answer; nothing to reconcile
+        verdict = {S.CONFIRMED: EvidenceVerdict.CONFIRMS, S.REJECTED: EvidenceVerdict.REJECTS}.get(
+            to, EvidenceVerdict.INFORMATIONAL
+        )
+        self.record_evidence(
+            Evidence(
+                tenant=record.tenant,
+                intent_key=record.intent_key,
+                provider=record.provider,
+                source="late_response",
+                event_id=f"{self.worker_id}:{record.version}",
+                kind=to.value,
+                verdict=verdict,
+                provider_result_id=result_id,
+                received_at=self.clock(),
+                detail={"worker": self.worker_id},
+            )
+        )
+        raise LeaseLost(
+            f"intent {record.intent_key!r}: worker {self.worker_id} finished ({to}) after its lease was "
+            f"taken over; its result was recorded as evidence, not applied"
+        ) from lost
+
+    def _after_settled(self, record: EffectRecord) -> None:
+        """A confirmed compensating intent marks the intent it compensates as compensated."""
+        if record.status is not S.CONFIRMED or record.compensates is None:
+            return
+        original = self.store.get(record.tenant, record.compensates)
+        if original is None or original.status is not S.CONFIRMED:
+            return
+        self.store.transition(
+            original,
+            S.COMPENSATED,
+            now=self.clock(),
+            actor=self.worker_id,
+            reason=f"compensated by {record.intent_key}",
+            changes={"compensated_by": record.intent_key},
+        )
+        self._observe("compensation", original)
+
+    # -- reconciliation -----------------------------------------------------------------------------------
+
+    def _reconcile_for_caller(
+        self,
+        adapter: ProviderAdapter[R],
+        request: EffectRequest,
+        record: EffectRecord,
+        contract: ProviderContract,
+    ) -> Receipt:
+        """A caller retried an unknown intent: evidence, then same-key replay if safe, then lookup."""
+        settled = self._settle_by_evidence(record)
+        if settled is None and contract.can_replay(record.first_dispatched_at, self.clock()):
+            claimed = self._claim(record, reason="same-key replay within the provider's retention window")
+            return self._dispatch(adapter, request, claimed, contract, method="key_replay")
+        settled = settled or self._settle_by_lookup(adapter, record)
+        if settled is not None and settled.status is S.PREPARED and contract.redispatch_when_proven_absent:
+            return self._dispatch(adapter, request, self._claim(settled, reason="redispatch"), contract)
+        if settled is not None and settled.status in (S.CONFIRMED, S.COMPENSATED):
+            return Receipt(record=settled, from_ledger=True)
+        if settled is not None and settled.status is S.REJECTED:
+            raise self._rejected(settled, None)
+        current = settled or record
+        raise EffectUnknown(
+            f"intent {record.intent_key!r} is unknown and no lookup could settle it; it was not resent. "
+            f"Reconcile later or resolve it as an operator with evidence",
+            intent_key=record.intent_key,
+            record=current,
+        )
+
+    def _settle_by_evidence(self, record: EffectRecord) -> EffectRecord | None:
+        """Rejecting evidence wins over confirming evidence: a rejected message never went out."""
+        evidence = self.store.evidence_for(record.tenant, record.intent_key)
+        decisive = [e for e in evidence if e.verdict is EvidenceVerdict.REJECTS] or [
+            e for e in evidence if e.verdict is EvidenceVerdict.CONFIRMS
+        ]
+        if not decisive:
+            return None
+        fact = decisive[0]
+        to = S.REJECTED if fact.verdict is EvidenceVerdict.REJECTS else S.CONFIRMED
+        resolution = Resolution(method=f"evidence:{fact.source}", evidence=f"{fact.source}:{fact.event_id}")
+        return self.settle(
+            record,
+            to,
+            resolution=resolution,
+            actor=self.worker_id,
+            provider_result_id=fact.provider_result_id,
+        )
+
+    def _settle_by_lookup(self, adapter: ProviderAdapter[Any], record: EffectRecord) -> EffectRecord | None:
+        try:
+            found = adapter.lookup(record)
+        except Exception as exc:  # a failing lookup proves nothing
+            found = LookupResult(LookupStatus.INCONCLUSIVE, "lookup_error", detail={"error": repr(exc)})
+        self._observe("reconciliation", record, method=f"lookup:{found.method}", outcome=found.status.value)
+        resolution = Resolution(method=f"lookup:{found.method}", evidence=found.evidence)
+        if found.status is LookupStatus.FOUND:
+            return self.settle(
+                record,
+                S.CONFIRMED,
+                resolution=resolution,
+                actor=self.worker_id,
+                provider_result_id=found.provider_result_id,
+                response_digest=found.response_digest,
+            )
+        if found.status is LookupStatus.REFUSED:
+            return self.settle(
+                record, S.REJECTED, resolution=resolution, actor=self.worker_id,
+                provider_result_id=found.provider_result_id,
+            )
+        contract = adapter.contract_for(record.operation)
+        if found.status is LookupStatus.ABSENT and contract.redispatch_when_proven_absent:
+            return self.store.transition(
+                record,
+                S.PREPARED,
+                now=self.clock(),
+                actor=self.worker_id,
+                reason=f"proven absent by lookup:{found.method}",
+            )
+        return None
+
+    # -- small helpers ------------------------------------------------------------------------------------
+
+    def _tenant(self, tenant: str) -> str:
+        tenant = check_tenant(tenant)
+        if self.tenants is not None and tenant not in self.tenants:
+            raise UnknownTenant(f"tenant {tenant!r} is not served by this ledger")
+        return tenant
+
+    def _check_digest(self, record: EffectRecord, digest: str) -> None:
+        if record.request_digest != digest:
+            self._observe("intent_conflict", record)
+            raise IntentConflict(record.tenant, record.intent_key, record.request_digest, digest)
+
+    @staticmethod
+    def _rejected(record: EffectRecord, error: BaseException | None) -> EffectRejected:
+        return EffectRejected(
+            f"intent {record.intent_key!r} was rejected by {record.provider} "
+            f"({record.last_error_class or 'rejected'}: {record.last_error_code or 'no code'})",
+            intent_key=record.intent_key,
+            record=record,
+            provider_error=error,
+        )
+
+    def _observe(self, event: str, record: EffectRecord, **labels: str) -> None:
+        merged: Mapping[str, str] = {"provider": record.provider, "tenant": record.tenant, **labels}
+        self.observer.on_event(event, merged)

@@ -1,0 +1,161 @@
+"""Versioned DDL for both stores: append a Migration, never edit an applied one.
+
+PostgreSQL statements name tables as ``{schema}.table``; the store fills ``{schema}`` with a quoted
+``psycopg.sql.Identifier`` (so literal braces in a statement are written ``{{`` and ``}}``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One schema version: the statements that build it on each dialect, run in one transaction."""
+
+    version: int
+    sqlite: tuple[str, ...]
+    postgres: tuple[str, ...]
+
+
+SQLITE_BOOKKEEPING = (
+    "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
+)
+POSTGRES_BOOKKEEPING = (
+    "CREATE TABLE IF NOT EXISTS {schema}.schema_migrations "
+    "(version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+)
+
+_V1_SQLITE = (
+    """CREATE TABLE effect_intents (
+        tenant_id TEXT NOT NULL,
+        intent_key TEXT NOT NULL,
+        provider TEXT NOT NULL,
+        operation TEXT NOT NULL,
+        request_digest TEXT NOT NULL,
+        status TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        workflow_id TEXT,
+        step_id TEXT,
+        provider_key TEXT,
+        attempt_count INTEGER NOT NULL,
+        lease_owner TEXT,
+        lease_expires_at TEXT,
+        provider_result_id TEXT,
+        response_digest TEXT,
+        last_error_class TEXT,
+        last_error_code TEXT,
+        summary TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        first_dispatched_at TEXT,
+        dispatched_at TEXT,
+        resolved_at TEXT,
+        resolution TEXT,
+        compensates TEXT,
+        compensated_by TEXT,
+        PRIMARY KEY (tenant_id, intent_key)
+    )""",
+    "CREATE INDEX effect_intents_status_updated ON effect_intents (status, updated_at)",
+    "CREATE INDEX effect_intents_provider_key ON effect_intents (provider, provider_key)",
+    """CREATE TABLE effect_audit (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        tenant_id TEXT NOT NULL,
+        intent_key TEXT NOT NULL,
+        at TEXT NOT NULL,
+        from_status TEXT,
+        to_status TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        actor TEXT NOT NULL,
+        reason TEXT,
+        detail TEXT NOT NULL
+    )""",
+    "CREATE INDEX effect_audit_intent ON effect_audit (tenant_id, intent_key, id)",
+    """CREATE TRIGGER effect_audit_no_update BEFORE UPDATE ON effect_audit
+       BEGIN SELECT RAISE(ABORT, 'effect_audit is append-only'); END""",
+    """CREATE TRIGGER effect_audit_no_delete BEFORE DELETE ON effect_audit
+       BEGIN SELECT RAISE(ABORT, 'effect_audit is append-only'); END""",
+    """CREATE TABLE effect_evidence (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        tenant_id TEXT NOT NULL,
+        intent_key TEXT NOT NULL,
+        provider TEXT NOT NULL,
+        source TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        verdict TEXT NOT NULL,
+        provider_result_id TEXT,
+        received_at TEXT NOT NULL,
+        detail TEXT NOT NULL,
+        UNIQUE (provider, source, event_id)
+    )""",
+    "CREATE INDEX effect_evidence_intent ON effect_evidence (tenant_id, intent_key)",
+)
+
+_V1_POSTGRES = (
+    """CREATE TABLE {schema}.effect_intents (
+        tenant_id text NOT NULL,
+        intent_key text NOT NULL,
+        provider text NOT NULL,
+        operation text NOT NULL,
+        request_digest text NOT NULL,
+        status text NOT NULL,
+        version integer NOT NULL,
+        workflow_id text,
+        step_id text,
+        provider_key text,
+        attempt_count integer NOT NULL,
+        lease_owner text,
+        lease_expires_at timestamptz,
+        provider_result_id text,
+        response_digest text,
+        last_error_class text,
+        last_error_code text,
+        summary jsonb NOT NULL,
+        created_at timestamptz NOT NULL,
+        updated_at timestamptz NOT NULL,
+        first_dispatched_at timestamptz,
+        dispatched_at timestamptz,
+        resolved_at timestamptz,
+        resolution jsonb,
+        compensates text,
+        compensated_by text,
+        PRIMARY KEY (tenant_id, intent_key)
+    )""",
+    "CREATE INDEX effect_intents_status_updated ON {schema}.effect_intents (status, updated_at)",
+    "CREATE INDEX effect_intents_provider_key ON {schema}.effect_intents (provider, provider_key)",
+    """CREATE TABLE {schema}.effect_audit (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        tenant_id text NOT NULL,
+        intent_key text NOT NULL,
+        at timestamptz NOT NULL,
+        from_status text,
+        to_status text NOT NULL,
+        version integer NOT NULL,
+        actor text NOT NULL,
+        reason text,
+        detail jsonb NOT NULL
+    )""",
+    "CREATE INDEX effect_audit_intent ON {schema}.effect_audit (tenant_id, intent_key, id)",
+    """CREATE FUNCTION {schema}.effect_audit_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+       BEGIN RAISE EXCEPTION 'effect_audit is append-only'; END $$""",
+    """CREATE TRIGGER effect_audit_append_only BEFORE UPDATE OR DELETE ON {schema}.effect_audit
+       FOR EACH ROW EXECUTE FUNCTION {schema}.effect_audit_append_only()""",
+    """CREATE TABLE {schema}.effect_evidence (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        tenant_id text NOT NULL,
+        intent_key text NOT NULL,
+        provider text NOT NULL,
+        source text NOT NULL,
+        event_id text NOT NULL,
+        kind text NOT NULL,
+        verdict text NOT NULL,
+        provider_result_id text,
+        received_at timestamptz NOT NULL,
+        detail jsonb NOT NULL,
+        UNIQUE (provider, source, event_id)
+    )""",
+    "CREATE INDEX effect_evidence_intent ON {schema}.effect_evidence (tenant_id, intent_key)",
+)
+
+MIGRATIONS: tuple[Migration, ...] = (Migration(1, _V1_SQLITE, _V1_POSTGRES),)

@@ -1,0 +1,341 @@
+"""The PostgreSQL store: psycopg 3 with a connection pool, one round trip per claim and per confirm.
+
+Writes are single statements on autocommit connections: a data-modifying CTE changes the record and
+appends its audit row atomically, so a claim or a confirm costs one round trip and one commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Collection, Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from ._errors import InvalidInput, MissingDependency, StaleRecord
+from ._migrations import MIGRATIONS, POSTGRES_BOOKKEEPING
+from ._records import AuditEntry, EffectRecord, Evidence
+from ._rows import (
+    AUDIT_COLUMNS,
+    RECORD_COLUMNS,
+    RECORD_FIELDS,
+    Codec,
+    first_audit,
+    from_row,
+    plan_transition,
+    stale,
+    to_row,
+    utc,
+)
+from ._states import EffectStatus
+from ._tenants import check_tenant
+
+if TYPE_CHECKING:
+    from psycopg import Connection, sql
+    from psycopg.rows import DictRow, TupleRow
+    from psycopg_pool import ConnectionPool
+
+_EVIDENCE_COLUMNS = tuple("tenant_id" if f == "tenant" else f for f in Evidence.model_fields)
+# audit columns the CTE takes from the written row; the rest are parameters named a_<column>
+_FROM_ROW = ("tenant_id", "intent_key", "version")
+_AUDIT_CASTS = {
+    "at": "timestamptz",
+    "from_status": "text",
+    "to_status": "text",
+    "actor": "text",
+    "reason": "text",
+    "detail": "jsonb",
+}
+
+
+def _render(query: sql.Composable) -> bytes:
+    """Rendered once at start-up: psycopg would otherwise re-escape every identifier on every execute."""
+    return query.as_bytes(None)
+
+
+class PostgresStore:
+    """A :class:`~safe_effects.Store` in one PostgreSQL schema (created by :meth:`migrate` if missing)."""
+
+    def __init__(self, conninfo: str, *, schema: str = "safe_effects", min_size: int = 1, max_size: int = 10) -> None:
+        try:
+            import psycopg  # noqa: PLC0415  # optional extra: imported only when a PostgresStore is made
+            from psycopg import sql  # noqa: PLC0415  # idem
+            from psycopg.rows import dict_row  # noqa: PLC0415  # idem
+            from psycopg.types.json import Jsonb  # noqa: PLC0415  # idem
+            from psycopg_pool import ConnectionPool  # noqa: PLC0415  # idem
+        except ImportError as error:
+            raise MissingDependency("psycopg", "postgres") from error
+        if not schema:
+            raise InvalidInput("schema must not be empty")
+        self.schema = schema
+        self._connection_type = psycopg.Connection
+        self._dict_row = dict_row
+        self._codec = Codec(
+            time_out=lambda value: value,
+            time_in=lambda value: value.astimezone(UTC),
+            json_out=Jsonb,
+            json_in=lambda value: value,
+        )
+        self._pool: ConnectionPool[Connection[TupleRow]] = ConnectionPool(
+            conninfo, min_size=min_size, max_size=max_size, kwargs={"autocommit": True}, open=True
+        )
+        # every statement composed and rendered once, the schema as a quoted Identifier: no SQL is ever
+        # string-formatted, and no round trip pays for re-rendering dozens of identifiers
+        schema_id = sql.Identifier(self.schema)
+        intents = sql.Identifier(self.schema, "effect_intents")
+        audit = sql.Identifier(self.schema, "effect_audit")
+        evidence = sql.Identifier(self.schema, "effect_evidence")
+        schema_table = sql.Identifier(self.schema, "schema_migrations")
+        cols = sql.SQL(", ").join(map(sql.Identifier, RECORD_COLUMNS))
+        select = sql.SQL("SELECT {} FROM {} ").format(cols, intents)
+        self._get = _render(select + sql.SQL("WHERE tenant_id = %s AND intent_key = %s"))
+        self._assign = {
+            field: _render(sql.SQL("{} = {}").format(sql.Identifier(field), sql.Placeholder(field)))
+            for field in RECORD_FIELDS
+        }
+        audit_insert = sql.SQL("INSERT INTO {} ({}) SELECT {} FROM changed").format(
+            audit,
+            sql.SQL(", ").join(map(sql.Identifier, AUDIT_COLUMNS)),
+            sql.SQL(", ").join(
+                sql.Identifier(c)
+                if c in _FROM_ROW
+                else sql.SQL("{}::{}").format(sql.Placeholder("a_" + c), sql.SQL(_AUDIT_CASTS[c]))
+                for c in AUDIT_COLUMNS
+            ),
+        )
+        self._insert = _render(
+            sql.SQL(
+                "WITH changed AS (INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (tenant_id, intent_key) DO NOTHING "
+                "RETURNING {}), audited AS ({}) SELECT * FROM changed"
+            ).format(intents, cols, sql.SQL(", ").join(map(sql.Placeholder, RECORD_COLUMNS)), cols, audit_insert)
+        )
+        self._update_head = _render(sql.SQL("WITH changed AS (UPDATE {} SET ").format(intents))
+        self._update_tail = _render(
+            sql.SQL(
+                " WHERE tenant_id = %(w_tenant)s AND intent_key = %(w_key)s AND status = %(w_status)s "
+                "AND version = %(w_version)s RETURNING {}), audited AS ({}) SELECT * FROM changed"
+            ).format(cols, audit_insert)
+        )
+        self._list_head = _render(select + sql.SQL("WHERE status = ANY(%s)"))
+        self._by_provider_key = _render(
+            select + sql.SQL("WHERE provider = %s AND provider_key = %s ORDER BY created_at LIMIT 1")
+        )
+        self._audit_trail = _render(
+            sql.SQL("SELECT {} FROM {} WHERE tenant_id = %s AND intent_key = %s ORDER BY id").format(
+                sql.SQL(", ").join(map(sql.Identifier, AUDIT_COLUMNS)), audit
+            )
+        )
+        self._add_evidence = _render(
+            sql.SQL(
+                "INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (provider, source, event_id) DO NOTHING RETURNING id"
+            ).format(
+                evidence,
+                sql.SQL(", ").join(map(sql.Identifier, _EVIDENCE_COLUMNS)),
+                sql.SQL(", ").join(map(sql.Placeholder, _EVIDENCE_COLUMNS)),
+            )
+        )
+        self._evidence_for = _render(
+            sql.SQL("SELECT {} FROM {} WHERE tenant_id = %s AND intent_key = %s ORDER BY received_at, id").format(
+                sql.SQL(", ").join(map(sql.Identifier, _EVIDENCE_COLUMNS)), evidence
+            )
+        )
+        self._status_counts = _render(
+            sql.SQL(
+                "SELECT tenant_id, provider, status, count(*) FROM {} "
+                "GROUP BY tenant_id, provider, status ORDER BY tenant_id, provider, status"
+            ).format(intents)
+        )
+        self._oldest = _render(
+            sql.SQL("SELECT provider, min(updated_at) FROM {} WHERE status = %s GROUP BY provider").format(intents)
+        )
+        self._purge = _render(
+            sql.SQL(
+                "DELETE FROM {0} WHERE status = ANY(%(s)s) AND updated_at < %(cutoff)s AND (tenant_id, intent_key) IN "
+                "(SELECT tenant_id, intent_key FROM {0} WHERE status = ANY(%(s)s) AND updated_at < %(cutoff)s "
+                "ORDER BY updated_at LIMIT %(limit)s)"
+            ).format(intents)
+        )
+        self._migrations = {
+            m.version: [_render(sql.SQL(s).format(schema=schema_id)) for s in m.postgres] for m in MIGRATIONS
+        }
+        self._bookkeeping = _render(sql.SQL(POSTGRES_BOOKKEEPING).format(schema=schema_id))
+        self._create_schema = _render(sql.SQL("CREATE SCHEMA {}").format(schema_id))
+        self._applied = _render(sql.SQL("SELECT version FROM {}").format(schema_table))
+        self._record_version = _render(sql.SQL("INSERT INTO {} (version) VALUES (%s)").format(schema_table))
+
+    def migrate(self) -> None:
+        """Apply pending migrations under a per-schema advisory lock, so concurrent callers run them once."""
+        lock = int.from_bytes(hashlib.sha256(f"safe_effects:{self.schema}".encode()).digest()[:8], signed=True)
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (lock,))
+            # checked first: CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when it exists
+            if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)).fetchone() is None:
+                conn.execute(self._create_schema)
+            conn.execute(self._bookkeeping)
+            applied = {row[0] for row in conn.execute(self._applied)}
+            for version, statements in self._migrations.items():
+                if version in applied:
+                    continue
+                for statement in statements:
+                    conn.execute(statement)
+                conn.execute(self._record_version, (version,))
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def _audit_params(self, entry: AuditEntry) -> dict[str, Any]:
+        row = to_row(entry, self._codec)
+        return {"a_" + column: row[column] for column in _AUDIT_CASTS}
+
+    def insert_if_absent(
+        self, record: EffectRecord, *, actor: str, reason: str | None = None, connection: Any = None
+    ) -> tuple[EffectRecord, bool]:
+        """Insert ``record`` and its first audit row in one statement unless the key exists; see :class:`Store`."""
+        params = {**to_row(record, self._codec), **self._audit_params(first_audit(record, actor=actor, reason=reason))}
+        if connection is None:
+            with self._pool.connection() as conn:
+                return self._insert_or_get(conn, params)
+        if not isinstance(connection, self._connection_type):
+            raise InvalidInput(f"connection must be a psycopg.Connection, got {type(connection).__name__}")
+        return self._insert_or_get(connection, params)
+
+    def _insert_or_get(self, conn: Connection[Any], params: dict[str, Any]) -> tuple[EffectRecord, bool]:
+        with conn.cursor(row_factory=self._dict_row) as cur:
+            for _ in range(3):  # a purge may delete the conflicting row between the two statements
+                row = cur.execute(self._insert, params).fetchone()
+                if row is not None:
+                    return from_row(EffectRecord, row, self._codec), True
+                row = cur.execute(self._get, (params["tenant_id"], params["intent_key"])).fetchone()
+                if row is not None:
+                    return from_row(EffectRecord, row, self._codec), False
+        raise StaleRecord(f"intent {params['intent_key']!r} kept vanishing while being inserted")
+
+    def _fetch_one(self, cur: Any, tenant: str, intent_key: str) -> EffectRecord | None:
+        row: DictRow | None = cur.execute(self._get, (tenant, intent_key)).fetchone()
+        return from_row(EffectRecord, row, self._codec) if row is not None else None
+
+    def get(self, tenant: str, intent_key: str) -> EffectRecord | None:
+        check_tenant(tenant)
+        with self._pool.connection() as conn, conn.cursor(row_factory=self._dict_row) as cur:
+            return self._fetch_one(cur, tenant, intent_key)
+
+    def transition(
+        self,
+        record: EffectRecord,
+        to: EffectStatus,
+        *,
+        now: datetime,
+        actor: str,
+        reason: str | None = None,
+        changes: Mapping[str, Any] | None = None,
+        detail: Mapping[str, Any] | None = None,
+        before_commit: Callable[[], None] | None = None,
+    ) -> EffectRecord:
+        """Conditional update on (status, version) plus its audit row, one statement; see :class:`Store`."""
+        new, fields, audit = plan_transition(
+            record, to, now=now, actor=actor, reason=reason, changes=changes, detail=detail
+        )
+        values = to_row(new, self._codec)
+        query = self._update_head + b", ".join([self._assign[f] for f in fields]) + self._update_tail
+        params = {field: values[field] for field in fields}
+        params.update(self._audit_params(audit))
+        params.update(w_tenant=record.tenant, w_key=record.intent_key, w_status=record.status.value)
+        params["w_version"] = record.version
+        with self._pool.connection() as conn:
+            if before_commit is None:
+                with conn.cursor(row_factory=self._dict_row) as cur:
+                    row = cur.execute(query, params).fetchone()
+                    if row is None:
+                        raise stale(record, self._fetch_one(cur, record.tenant, record.intent_key))
+                    return from_row(EffectRecord, row, self._codec)
+            with conn.transaction(), conn.cursor(row_factory=self._dict_row) as cur:
+                row = cur.execute(query, params).fetchone()
+                if row is None:
+                    raise stale(record, self._fetch_one(cur, record.tenant, record.intent_key))
+                before_commit()
+            return from_row(EffectRecord, row, self._codec)
+
+    def _list_query(
+        self,
+        statuses: Collection[EffectStatus],
+        *,
+        tenant: str | None,
+        provider: str | None,
+        updated_before: datetime | None,
+        limit: int,
+    ) -> tuple[bytes, list[Any]]:
+        """The list_by_status SQL and its parameters (kept apart so a test can EXPLAIN exactly this)."""
+        params: list[Any] = [[EffectStatus(s).value for s in statuses]]
+        query = self._list_head
+        if tenant is not None:
+            query += b" AND tenant_id = %s"
+            params.append(check_tenant(tenant))
+        if provider is not None:
+            query += b" AND provider = %s"
+            params.append(provider)
+        if updated_before is not None:
+            query += b" AND updated_at < %s"
+            params.append(utc(updated_before, "updated_before"))
+        params.append(limit)
+        return query + b" ORDER BY updated_at, tenant_id, intent_key LIMIT %s", params
+
+    def list_by_status(
+        self,
+        statuses: Collection[EffectStatus],
+        *,
+        tenant: str | None = None,
+        provider: str | None = None,
+        updated_before: datetime | None = None,
+        limit: int = 100,
+    ) -> list[EffectRecord]:
+        """Records in ``statuses``, least recently updated first; see :class:`Store`."""
+        if limit < 0:
+            raise InvalidInput(f"limit must be >= 0, got {limit}")
+        if not statuses:
+            return []
+        query, params = self._list_query(
+            statuses, tenant=tenant, provider=provider, updated_before=updated_before, limit=limit
+        )
+        with self._pool.connection() as conn, conn.cursor(row_factory=self._dict_row) as cur:
+            return [from_row(EffectRecord, row, self._codec) for row in cur.execute(query, params)]
+
+    def find_by_provider_key(self, provider: str, provider_key: str) -> EffectRecord | None:
+        with self._pool.connection() as conn, conn.cursor(row_factory=self._dict_row) as cur:
+            row = cur.execute(self._by_provider_key, (provider, provider_key)).fetchone()
+        return from_row(EffectRecord, row, self._codec) if row is not None else None
+
+    def audit_trail(self, tenant: str, intent_key: str) -> list[AuditEntry]:
+        check_tenant(tenant)
+        with self._pool.connection() as conn, conn.cursor(row_factory=self._dict_row) as cur:
+            rows = cur.execute(self._audit_trail, (tenant, intent_key)).fetchall()
+        return [from_row(AuditEntry, row, self._codec) for row in rows]
+
+    def add_evidence(self, evidence: Evidence) -> bool:
+        """Insert once per (provider, source, event_id); False when it was already there."""
+        row = to_row(evidence, self._codec)
+        with self._pool.connection() as conn:
+            return conn.execute(self._add_evidence, row).fetchone() is not None
+
+    def evidence_for(self, tenant: str, intent_key: str) -> list[Evidence]:
+        check_tenant(tenant)
+        with self._pool.connection() as conn, conn.cursor(row_factory=self._dict_row) as cur:
+            rows = cur.execute(self._evidence_for, (tenant, intent_key)).fetchall()
+        return [from_row(Evidence, row, self._codec) for row in rows]
+
+    def status_counts(self) -> list[tuple[str, str, EffectStatus, int]]:
+        with self._pool.connection() as conn:
+            rows = conn.execute(self._status_counts).fetchall()
+        return [(tenant, provider, EffectStatus(status), count) for tenant, provider, status, count in rows]
+
+    def oldest_updated(self, status: EffectStatus) -> dict[str, datetime]:
+        with self._pool.connection() as conn:
+            rows = conn.execute(self._oldest, (EffectStatus(status).value,)).fetchall()
+        return {provider: oldest.astimezone(UTC) for provider, oldest in rows}
+
+    def purge(self, *, statuses: Collection[EffectStatus], updated_before: datetime, limit: int = 1000) -> int:
+        """Delete up to ``limit`` of the oldest records in ``statuses`` (audit and evidence stay)."""
+        values = [EffectStatus(s).value for s in statuses]
+        if not values or limit <= 0:
+            return 0
+        params = {"s": values, "cutoff": utc(updated_before, "updated_before"), "limit": limit}
+        with self._pool.connection() as conn:
+            return conn.execute(self._purge, params).rowcount

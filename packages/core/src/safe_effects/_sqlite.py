@@ -1,0 +1,311 @@
+"""The default store: one SQLite file in WAL mode, one connection per thread, BEGIN IMMEDIATE for writes."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Callable, Collection, Iterator, Mapping
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ._errors import InvalidInput
+from ._migrations import MIGRATIONS, SQLITE_BOOKKEEPING
+from ._records import AuditEntry, EffectRecord, Evidence
+from ._rows import (
+    AUDIT_COLUMNS,
+    RECORD_COLUMNS,
+    Codec,
+    first_audit,
+    from_row,
+    plan_transition,
+    stale,
+    to_row,
+    utc,
+)
+from ._states import EffectStatus
+from ._tenants import check_tenant
+
+# fixed width, always UTC with microseconds: text order is time order
+_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+_CODEC = Codec(
+    time_out=lambda value: value.strftime(_TIME_FORMAT),
+    time_in=lambda value: datetime.strptime(value, _TIME_FORMAT).replace(tzinfo=UTC),
+    json_out=lambda value: json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False),
+    json_in=json.loads,
+)
+
+_SELECT = f"SELECT {', '.join(RECORD_COLUMNS)} FROM effect_intents"
+_INSERT = (
+    f"INSERT INTO effect_intents ({', '.join(RECORD_COLUMNS)}) "
+    f"VALUES ({', '.join(':' + c for c in RECORD_COLUMNS)}) "
+    f"ON CONFLICT (tenant_id, intent_key) DO NOTHING RETURNING {', '.join(RECORD_COLUMNS)}"
+)
+_INSERT_AUDIT = (
+    f"INSERT INTO effect_audit ({', '.join(AUDIT_COLUMNS)}) VALUES ({', '.join(':' + c for c in AUDIT_COLUMNS)})"
+)
+_EVIDENCE_COLUMNS = tuple("tenant_id" if f == "tenant" else f for f in Evidence.model_fields)
+
+
+def _rows(cursor: sqlite3.Cursor) -> list[dict[str, Any]]:
+    """Rows as dicts without touching ``row_factory``, which a caller's connection may have set its own way."""
+    names = [column[0] for column in cursor.description]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+class SQLiteStore:
+    """A :class:`~safe_effects.Store` on one SQLite file.
+
+    ``synchronous=FULL`` because in WAL mode NORMAL may lose the last commits on power loss, and a record
+    committed as ``in_flight`` before dispatch must never vanish, or a retry would send the effect twice.
+    """
+
+    def __init__(self, path: str | Path, *, busy_timeout: float = 30.0) -> None:
+        if str(path) in ("", ":memory:") or str(path).startswith("file:"):
+            raise InvalidInput(f"SQLiteStore needs a file path shared by every thread, got {str(path)!r}")
+        self.path = Path(path)
+        self._busy_timeout = busy_timeout
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._connections: list[sqlite3.Connection] = []
+
+    def _conn(self) -> sqlite3.Connection:
+        """This thread's connection: sqlite3 connections must not be shared between threads."""
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            # isolation_level=None: no implicit BEGIN, every transaction here is an explicit BEGIN IMMEDIATE
+            conn = sqlite3.connect(self.path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = FULL")
+            self._local.conn = conn
+            with self._lock:
+                self._connections.append(conn)
+        return conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; IMMEDIATE takes the write lock up front so readers never deadlock on upgrade."""
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    def migrate(self) -> None:
+        """Apply pending migrations under BEGIN IMMEDIATE, so a second process waits and then finds them done."""
+        with self._write() as conn:
+            conn.execute(SQLITE_BOOKKEEPING)
+            applied = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
+            for migration in MIGRATIONS:
+                if migration.version in applied:
+                    continue
+                for statement in migration.sqlite:
+                    conn.execute(statement)
+                conn.execute(
+                    "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
+                    (migration.version, datetime.now(UTC).strftime(_TIME_FORMAT)),
+                )
+
+    def close(self) -> None:
+        """Close every thread's connection (they were opened with check_same_thread=False for this)."""
+        with self._lock:
+            connections, self._connections = self._connections, []
+        for conn in connections:
+            conn.close()
+        self._local = threading.local()
+
+    def insert_if_absent(
+        self, record: EffectRecord, *, actor: str, reason: str | None = None, connection: Any = None
+    ) -> tuple[EffectRecord, bool]:
+        """Insert ``record`` and its first audit row unless the key exists; see :class:`Store`."""
+        row = to_row(record, _CODEC)
+        audit = to_row(first_audit(record, actor=actor, reason=reason), _CODEC)
+        if connection is None:
+            with self._write() as conn:
+                return self._insert(conn, row, audit)
+        conn = self._callers(connection)
+        if not conn.in_transaction:
+            conn.execute("BEGIN IMMEDIATE")
+        return self._insert(conn, row, audit)
+
+    def _callers(self, connection: Any) -> sqlite3.Connection:
+        """Check a caller's connection is sqlite3 on this very file, else the prepared row lands elsewhere."""
+        if not isinstance(connection, sqlite3.Connection):
+            raise InvalidInput(f"connection must be a sqlite3.Connection, got {type(connection).__name__}")
+        files = [row[2] for row in connection.execute("PRAGMA database_list") if row[1] == "main"]
+        if not files or Path(files[0]).resolve() != self.path.resolve():
+            raise InvalidInput(f"connection is on {files[0] if files else '?'!r}, this store is on {self.path}")
+        return connection
+
+    def _insert(
+        self, conn: sqlite3.Connection, row: dict[str, Any], audit: dict[str, Any]
+    ) -> tuple[EffectRecord, bool]:
+        inserted = _rows(conn.execute(_INSERT, row))
+        if inserted:
+            conn.execute(_INSERT_AUDIT, audit)
+            return from_row(EffectRecord, inserted[0], _CODEC), True
+        existing = self._select(conn, row["tenant_id"], row["intent_key"])
+        assert existing is not None, "the write lock is held: the conflicting row cannot vanish in between"
+        return existing, False
+
+    def _select(self, conn: sqlite3.Connection, tenant: str, intent_key: str) -> EffectRecord | None:
+        rows = _rows(conn.execute(f"{_SELECT} WHERE tenant_id = ? AND intent_key = ?", (tenant, intent_key)))
+        return from_row(EffectRecord, rows[0], _CODEC) if rows else None
+
+    def get(self, tenant: str, intent_key: str) -> EffectRecord | None:
+        return self._select(self._conn(), check_tenant(tenant), intent_key)
+
+    def transition(
+        self,
+        record: EffectRecord,
+        to: EffectStatus,
+        *,
+        now: datetime,
+        actor: str,
+        reason: str | None = None,
+        changes: Mapping[str, Any] | None = None,
+        detail: Mapping[str, Any] | None = None,
+        before_commit: Callable[[], None] | None = None,
+    ) -> EffectRecord:
+        """Conditional update on (status, version) plus its audit row in one transaction; see :class:`Store`."""
+        new, fields, audit = plan_transition(
+            record, to, now=now, actor=actor, reason=reason, changes=changes, detail=detail
+        )
+        values = to_row(new, _CODEC)
+        assignments = ", ".join(f"{field} = :{field}" for field in fields)  # fields checked against the model
+        params = {**{field: values[field] for field in fields}, "_t": values["tenant_id"]}
+        params.update(_k=values["intent_key"], _s=record.status.value, _v=record.version)
+        with self._write() as conn:
+            updated = _rows(
+                conn.execute(
+                    f"UPDATE effect_intents SET {assignments} "
+                    "WHERE tenant_id = :_t AND intent_key = :_k AND status = :_s AND version = :_v "
+                    f"RETURNING {', '.join(RECORD_COLUMNS)}",
+                    params,
+                )
+            )
+            if not updated:
+                raise stale(record, self._select(conn, record.tenant, record.intent_key))
+            conn.execute(_INSERT_AUDIT, to_row(audit, _CODEC))
+            if before_commit is not None:
+                before_commit()
+        return from_row(EffectRecord, updated[0], _CODEC)
+
+    def _list_query(
+        self,
+        statuses: Collection[EffectStatus],
+        *,
+        tenant: str | None,
+        provider: str | None,
+        updated_before: datetime | None,
+        limit: int,
+    ) -> tuple[str, list[Any]]:
+        """The list_by_status SQL and its parameters (kept apart so a test can EXPLAIN exactly this)."""
+        params: list[Any] = [EffectStatus(s).value for s in statuses]
+        query = f"{_SELECT} WHERE status IN ({', '.join('?' * len(params))})"
+        if tenant is not None:
+            query += " AND tenant_id = ?"
+            params.append(check_tenant(tenant))
+        if provider is not None:
+            query += " AND provider = ?"
+            params.append(provider)
+        if updated_before is not None:
+            query += " AND updated_at < ?"
+            params.append(_CODEC.time_out(utc(updated_before, "updated_before")))
+        params.append(limit)
+        return query + " ORDER BY updated_at, tenant_id, intent_key LIMIT ?", params
+
+    def list_by_status(
+        self,
+        statuses: Collection[EffectStatus],
+        *,
+        tenant: str | None = None,
+        provider: str | None = None,
+        updated_before: datetime | None = None,
+        limit: int = 100,
+    ) -> list[EffectRecord]:
+        """Records in ``statuses``, least recently updated first; see :class:`Store`."""
+        if limit < 0:
+            raise InvalidInput(f"limit must be >= 0, got {limit}")
+        if not statuses:
+            return []
+        query, params = self._list_query(
+            statuses, tenant=tenant, provider=provider, updated_before=updated_before, limit=limit
+        )
+        return [from_row(EffectRecord, row, _CODEC) for row in _rows(self._conn().execute(query, params))]
+
+    def find_by_provider_key(self, provider: str, provider_key: str) -> EffectRecord | None:
+        rows = _rows(
+            self._conn().execute(
+                f"{_SELECT} WHERE provider = ? AND provider_key = ? ORDER BY created_at LIMIT 1",
+                (provider, provider_key),
+            )
+        )
+        return from_row(EffectRecord, rows[0], _CODEC) if rows else None
+
+    def audit_trail(self, tenant: str, intent_key: str) -> list[AuditEntry]:
+        rows = _rows(
+            self._conn().execute(
+                f"SELECT {', '.join(AUDIT_COLUMNS)} FROM effect_audit "
+                "WHERE tenant_id = ? AND intent_key = ? ORDER BY id",
+                (check_tenant(tenant), intent_key),
+            )
+        )
+        return [from_row(AuditEntry, row, _CODEC) for row in rows]
+
+    def add_evidence(self, evidence: Evidence) -> bool:
+        """Insert once per (provider, source, event_id); False when it was already there."""
+        row = to_row(evidence, _CODEC)
+        with self._write() as conn:
+            inserted = conn.execute(
+                f"INSERT INTO effect_evidence ({', '.join(row)}) VALUES ({', '.join(':' + c for c in row)}) "
+                "ON CONFLICT (provider, source, event_id) DO NOTHING RETURNING id",
+                row,
+            ).fetchall()
+        return bool(inserted)
+
+    def evidence_for(self, tenant: str, intent_key: str) -> list[Evidence]:
+        rows = _rows(
+            self._conn().execute(
+                f"SELECT {', '.join(_EVIDENCE_COLUMNS)} FROM effect_evidence "
+                "WHERE tenant_id = ? AND intent_key = ? ORDER BY received_at, id",
+                (check_tenant(tenant), intent_key),
+            )
+        )
+        return [from_row(Evidence, row, _CODEC) for row in rows]
+
+    def status_counts(self) -> list[tuple[str, str, EffectStatus, int]]:
+        rows = self._conn().execute(
+            "SELECT tenant_id, provider, status, count(*) FROM effect_intents "
+            "GROUP BY tenant_id, provider, status ORDER BY tenant_id, provider, status"
+        )
+        return [(tenant, provider, EffectStatus(status), count) for tenant, provider, status, count in rows]
+
+    def oldest_updated(self, status: EffectStatus) -> dict[str, datetime]:
+        rows = self._conn().execute(
+            "SELECT provider, min(updated_at) FROM effect_intents WHERE status = ? GROUP BY provider",
+            (EffectStatus(status).value,),
+        )
+        return {provider: _CODEC.time_in(oldest) for provider, oldest in rows}
+
+    def purge(self, *, statuses: Collection[EffectStatus], updated_before: datetime, limit: int = 1000) -> int:
+        """Delete up to ``limit`` of the oldest records in ``statuses`` (audit and evidence stay)."""
+        values = [EffectStatus(s).value for s in statuses]
+        if not values or limit <= 0:
+            return 0
+        cutoff = _CODEC.time_out(utc(updated_before, "updated_before"))
+        with self._write() as conn:
+            deleted = conn.execute(
+                "DELETE FROM effect_intents WHERE (tenant_id, intent_key) IN ("
+                f"SELECT tenant_id, intent_key FROM effect_intents WHERE status IN ({', '.join('?' * len(values))}) "
+                "AND updated_at < ? ORDER BY updated_at LIMIT ?)",
+                (*values, cutoff, limit),
+            )
+            return deleted.rowcount

@@ -1,0 +1,425 @@
+"""Every executor branch, against the generic fake, on SQLite and PostgreSQL. Each test checks both sides."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from safe_effects import (
+    CrashPlan,
+    CrashPoint,
+    EffectDeferred,
+    EffectInProgress,
+    EffectRejected,
+    EffectRequest,
+    EffectStatus,
+    EffectUnknown,
+    Evidence,
+    EvidenceVerdict,
+    IllegalTransition,
+    IntentConflict,
+    InvalidIntentKey,
+    InvalidTenant,
+    LeaseLost,
+    LeasePolicy,
+    Ledger,
+    RetryPolicy,
+    SimulatedCrash,
+    UndigestibleRequest,
+    UnknownTenant,
+)
+from safe_effects.testing import FakeClock, FakeFailure, GenericFakeAdapter, GenericFakeProvider, generic_contract
+
+KEY = "invoice:inv_42:collect:v1"
+CHARGE = EffectRequest(operation="charge", params={"amount": 2000, "currency": "eur"})
+NO_WAIT = RetryPolicy(initial_wait=0.0, max_wait=0.0)
+
+
+@dataclass
+class Env:
+    ledger: Ledger
+    fake: GenericFakeProvider
+    adapter: GenericFakeAdapter
+    clock: FakeClock
+    url: str
+
+    def record(self, key: str = KEY):
+        return self.ledger.get(key)
+
+    def other_ledger(self, **options: object) -> Ledger:
+        """A second worker on the same store, sharing the clock."""
+        return Ledger.open(self.url, clock=self.clock, retry=NO_WAIT, **options)  # type: ignore[arg-type]
+
+
+def make_env(
+    store_url: str,
+    tmp_path: Path,
+    *,
+    dedupe: bool = True,
+    lookups: bool = True,
+    proves_absence: bool = False,
+    crash_plan: CrashPlan | None = None,
+) -> Env:
+    clock = FakeClock()
+    fake = GenericFakeProvider(tmp_path / "fake.db", dedupe=dedupe, clock=clock)
+    contract = generic_contract(dedupe=dedupe, lookup_proves_absence=proves_absence)
+    adapter = GenericFakeAdapter(fake, contract, lookups_enabled=lookups)
+    options: dict[str, object] = {"clock": clock, "retry": NO_WAIT}
+    if crash_plan is not None:
+        options["crash_plan"] = crash_plan
+    ledger = Ledger.open(store_url, **options)  # type: ignore[arg-type]
+    return Env(ledger, fake, adapter, clock, store_url)
+
+
+@pytest.fixture
+def env(store_url: str, tmp_path: Path) -> Env:
+    return make_env(store_url, tmp_path)
+
+
+def test_happy_path_then_answer_from_ledger(env: Env) -> None:
+    first = env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    second = env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+
+    assert first.record.status is EffectStatus.CONFIRMED
+    assert not first.from_ledger
+    assert second.from_ledger
+    assert second.provider_result_id == first.provider_result_id == "fx_1"
+    assert len(env.fake.effects()) == 1
+    assert len(env.fake.requests()) == 1
+    trail = env.ledger.store.audit_trail("default", KEY)
+    assert [(a.from_status, a.to_status) for a in trail] == [(None, "in_flight"), ("in_flight", "confirmed")]
+
+
+def test_same_key_other_params_is_refused_before_sending(env: Env) -> None:
+    env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    before = env.record()
+    other = EffectRequest(operation="charge", params={"amount": 9999, "currency": "eur"})
+
+    with pytest.raises(IntentConflict, match="same key, other parameters"):
+        env.ledger.execute(env.adapter, other, intent_key=KEY)
+
+    assert env.record() == before
+    assert len(env.fake.requests()) == 1
+
+
+def test_lost_response_becomes_unknown_then_same_key_replay_confirms_once(env: Env) -> None:
+    env.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
+    with pytest.raises(EffectUnknown):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    assert env.record().status is EffectStatus.UNKNOWN
+    assert len(env.fake.effects()) == 1
+
+    receipt = env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+
+    assert receipt.record.status is EffectStatus.CONFIRMED
+    assert receipt.record.resolution is not None
+    assert receipt.record.resolution.method == "key_replay"
+    assert receipt.record.attempt_count == 2
+    assert len(env.fake.effects()) == 1
+    assert len(env.fake.requests()) == 2
+
+
+def test_server_error_after_commit_is_unknown_not_failure(env: Env) -> None:
+    env.fake.fail_next(FakeFailure.SERVER_ERROR_AFTER_COMMIT)
+    with pytest.raises(EffectUnknown):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    assert env.record().last_error_class == "FakeServerError"
+    assert env.ledger.execute(env.adapter, CHARGE, intent_key=KEY).provider_result_id == "fx_1"
+    assert len(env.fake.effects()) == 1
+
+
+def test_lost_before_commit_replay_creates_exactly_one(env: Env) -> None:
+    env.fake.fail_next(FakeFailure.LOST_BEFORE_COMMIT)
+    with pytest.raises(EffectUnknown):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    assert env.fake.effects() == []
+    env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    assert len(env.fake.effects()) == 1
+
+
+def test_past_retention_window_lookup_settles_without_redispatch(env: Env) -> None:
+    env.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
+    with pytest.raises(EffectUnknown):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    env.clock.advance(timedelta(hours=25))
+
+    receipt = env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+
+    assert receipt.from_ledger
+    assert receipt.record.resolution is not None
+    assert receipt.record.resolution.method == "lookup:search"
+    assert len(env.fake.requests()) == 1
+    assert len(env.fake.effects()) == 1
+
+
+def test_past_retention_window_without_lookup_stays_unknown(store_url: str, tmp_path: Path) -> None:
+    env = make_env(store_url, tmp_path, lookups=False)
+    env.fake.fail_next(FakeFailure.LOST_BEFORE_COMMIT)
+    with pytest.raises(EffectUnknown):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    env.clock.advance(timedelta(hours=23, minutes=30))  # inside 24 h but past the 1 h safety margin
+
+    with pytest.raises(EffectUnknown, match="was not resent"):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+
+    assert env.record().status is EffectStatus.UNKNOWN
+    assert len(env.fake.requests()) == 1
+    assert env.fake.effects() == []
+
+
+def test_non_deduping_provider_never_resends_an_unknown(store_url: str, tmp_path: Path) -> None:
+    env = make_env(store_url, tmp_path, dedupe=False, lookups=False)
+    env.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
+    with pytest.raises(EffectUnknown):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    for _ in range(3):
+        with pytest.raises(EffectUnknown):
+            env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    assert len(env.fake.requests()) == 1
+    assert len(env.fake.effects()) == 1
+    assert env.record().status is EffectStatus.UNKNOWN
+
+
+def test_proven_absence_allows_redispatch_where_contract_says_so(store_url: str, tmp_path: Path) -> None:
+    env = make_env(store_url, tmp_path, dedupe=False, proves_absence=True)
+    env.fake.fail_next(FakeFailure.LOST_BEFORE_COMMIT)
+    with pytest.raises(EffectUnknown):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+
+    receipt = env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+
+    assert receipt.record.status is EffectStatus.CONFIRMED
+    assert len(env.fake.effects()) == 1
+    assert len(env.fake.requests()) == 2
+    statuses = [a.to_status for a in env.ledger.store.audit_trail("default", KEY)]
+    assert statuses == ["in_flight", "unknown", "prepared", "in_flight", "confirmed"]
+
+
+def test_definitive_refusal_is_rejected_and_stays_rejected(env: Env) -> None:
+    env.fake.fail_next(FakeFailure.DECLINED)
+    with pytest.raises(EffectRejected) as first:
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    assert first.value.provider_error is not None
+    with pytest.raises(EffectRejected):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    record = env.record()
+    assert record.status is EffectStatus.REJECTED
+    assert record.last_error_code == "declined"
+    assert len(env.fake.requests()) == 1
+    assert env.fake.effects() == []
+
+
+def test_rate_limits_are_retried_inside_the_boundary_with_the_same_key(env: Env) -> None:
+    env.fake.fail_next(FakeFailure.RATE_LIMITED, FakeFailure.REFUSED)
+    receipt = env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    keys = {key for key, _ in env.fake.requests()}
+    assert receipt.record.status is EffectStatus.CONFIRMED
+    assert [o for _, o in env.fake.requests()] == ["rate_limited", "refused", "ok"]
+    assert keys == {f"default/{KEY}"}
+    assert len(env.fake.effects()) == 1
+
+
+def test_exhausted_retries_defer_and_a_later_call_dispatches(env: Env) -> None:
+    env.fake.fail_next(*[FakeFailure.RATE_LIMITED] * 4)
+    with pytest.raises(EffectDeferred):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    assert env.record().status is EffectStatus.PREPARED
+    assert env.fake.effects() == []
+
+    assert env.ledger.execute(env.adapter, CHARGE, intent_key=KEY).record.status is EffectStatus.CONFIRMED
+    assert len(env.fake.effects()) == 1
+    assert len(env.fake.requests()) == 5
+
+
+def test_a_deferred_replay_stays_unknown_and_never_redispatches_past_the_window(env: Env) -> None:
+    env.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT, *[FakeFailure.RATE_LIMITED] * 4)
+    with pytest.raises(EffectUnknown):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    with pytest.raises(EffectDeferred, match="unknown again"):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    assert env.record().status is EffectStatus.UNKNOWN
+    env.clock.advance(timedelta(hours=25))
+    env.adapter.lookups_enabled = False
+
+    with pytest.raises(EffectUnknown):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+
+    assert len(env.fake.requests()) == 5
+    assert len(env.fake.effects()) == 1
+
+
+def test_classifier_that_raises_records_unknown(env: Env) -> None:
+    class BrokenClassifier(GenericFakeAdapter):
+        def classify(self, error: BaseException):
+            raise RuntimeError("bug in classify")
+
+    broken = BrokenClassifier(env.fake, env.adapter.contract)
+    env.fake.fail_next(FakeFailure.DECLINED)
+    with pytest.raises(EffectUnknown):
+        env.ledger.execute(broken, CHARGE, intent_key=KEY)
+    assert env.record().last_error_code == "classify_failed:RuntimeError"
+
+
+def test_worker_lost_mid_flight_is_reconciled_after_its_lease(store_url: str, tmp_path: Path) -> None:
+    crashing = make_env(store_url, tmp_path, crash_plan=CrashPlan.crash_at(CrashPoint.AFTER_RESPONSE))
+    with pytest.raises(SimulatedCrash):
+        crashing.ledger.execute(crashing.adapter, CHARGE, intent_key=KEY)
+    assert crashing.record().status is EffectStatus.IN_FLIGHT
+
+    survivor = crashing.other_ledger(lease=LeasePolicy(wait_for_other=timedelta(0)))
+    with pytest.raises(EffectInProgress):
+        survivor.execute(crashing.adapter, CHARGE, intent_key=KEY)
+    crashing.clock.advance(timedelta(minutes=3))
+    receipt = survivor.execute(crashing.adapter, CHARGE, intent_key=KEY)
+
+    assert receipt.record.status is EffectStatus.CONFIRMED
+    assert len(crashing.fake.effects()) == 1
+    assert len(crashing.fake.requests()) == 2
+
+
+def test_crash_during_receipt_persist_rolls_back_the_confirm(store_url: str, tmp_path: Path) -> None:
+    env = make_env(store_url, tmp_path, crash_plan=CrashPlan.crash_at(CrashPoint.DURING_RECEIPT_PERSIST))
+    with pytest.raises(SimulatedCrash):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    assert env.record().status is EffectStatus.IN_FLIGHT
+    assert len(env.fake.effects()) == 1
+
+
+def test_late_finisher_after_takeover_leaves_evidence_and_gets_lease_lost(store_url: str, tmp_path: Path) -> None:
+    env = make_env(store_url, tmp_path, dedupe=False, lookups=False)
+    taker = env.other_ledger()
+
+    class SlowAdapter(GenericFakeAdapter):
+        def dispatch(self, request: EffectRequest, provider_key: str) -> str:
+            result = super().dispatch(request, provider_key)
+            env.clock.advance(timedelta(minutes=5))  # the call outlives the lease...
+            with pytest.raises(EffectUnknown):  # ...so another worker declares it lost
+                taker.execute(env.adapter, CHARGE, intent_key=KEY)
+            return result
+
+    with pytest.raises(LeaseLost):
+        env.ledger.execute(SlowAdapter(env.fake, env.adapter.contract), CHARGE, intent_key=KEY)
+
+    record = env.record()
+    assert record.status is EffectStatus.CONFIRMED
+    assert record.provider_result_id == "fx_1"
+    assert record.resolution is not None
+    assert record.resolution.method == "evidence:late_response"
+    assert len(env.fake.effects()) == 1
+    assert len(env.fake.requests()) == 1
+
+
+def test_evidence_settles_an_unknown_and_rejection_wins(store_url: str, tmp_path: Path) -> None:
+    env = make_env(store_url, tmp_path, dedupe=False, lookups=False)
+    env.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
+    with pytest.raises(EffectUnknown):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+
+    def fact(event_id: str, verdict: EvidenceVerdict) -> Evidence:
+        return Evidence(
+            tenant="default",
+            intent_key=KEY,
+            provider="fake",
+            source="events",
+            event_id=event_id,
+            kind="x",
+            verdict=verdict,
+            provider_result_id="fx_1",
+            received_at=env.clock(),
+        )
+
+    assert env.ledger.record_evidence(fact("e1", EvidenceVerdict.INFORMATIONAL))
+    assert env.record().status is EffectStatus.UNKNOWN
+    assert env.ledger.record_evidence(fact("e2", EvidenceVerdict.CONFIRMS))
+    assert not env.ledger.record_evidence(fact("e2", EvidenceVerdict.CONFIRMS))  # duplicate delivery
+    record = env.record()
+    assert record.status is EffectStatus.CONFIRMED
+    assert record.provider_result_id == "fx_1"
+    assert record.resolution is not None
+    assert record.resolution.evidence == "events:e2"
+
+
+def test_reconcile_uses_lookup_only(store_url: str, tmp_path: Path) -> None:
+    env = make_env(store_url, tmp_path, dedupe=False)
+    env.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
+    with pytest.raises(EffectUnknown):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    record = env.ledger.reconcile(env.adapter, intent_key=KEY)
+    assert record.status is EffectStatus.CONFIRMED
+    assert record.resolution is not None
+    assert record.resolution.method == "lookup:search"
+    assert len(env.fake.requests()) == 1
+
+
+def test_compensation_is_a_linked_intent(env: Env) -> None:
+    env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    refund = EffectRequest(operation="refund", params={"charge": "fx_1"})
+    comp_key = "invoice:inv_42:refund:v1"
+
+    receipt = env.ledger.compensate(env.adapter, refund, original_key=KEY, compensating_key=comp_key)
+    again = env.ledger.compensate(env.adapter, refund, original_key=KEY, compensating_key=comp_key)
+
+    original = env.record()
+    assert original.status is EffectStatus.COMPENSATED
+    assert original.compensated_by == comp_key
+    assert receipt.record.compensates == KEY
+    assert again.from_ledger
+    assert len(env.fake.effects()) == 2
+    with pytest.raises(IllegalTransition):
+        env.ledger.compensate(env.adapter, refund, original_key=KEY, compensating_key="invoice:inv_42:refund:v2")
+    assert len(env.fake.effects()) == 2
+
+
+def test_compensating_an_unknown_effect_is_refused(env: Env) -> None:
+    env.fake.fail_next(FakeFailure.LOST_BEFORE_COMMIT)
+    with pytest.raises(EffectUnknown):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    refund = EffectRequest(operation="refund", params={})
+    with pytest.raises(IllegalTransition, match="unknown -> compensated"):
+        env.ledger.compensate(env.adapter, refund, original_key=KEY, compensating_key="invoice:inv_42:refund:v1")
+    assert len(env.fake.requests()) == 1
+
+
+def test_prepared_then_executed_dispatches_once(env: Env) -> None:
+    prepared = env.ledger.prepare(env.adapter, CHARGE, intent_key=KEY)
+    assert prepared.status is EffectStatus.PREPARED
+    assert env.fake.requests() == []
+    assert env.ledger.execute(env.adapter, CHARGE, intent_key=KEY).record.attempt_count == 1
+    assert len(env.fake.effects()) == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"intent_key": "invoice::collect:v1"}, InvalidIntentKey, "object_id is empty"),
+        ({"intent_key": "attempt-7"}, InvalidIntentKey, "at least 4 parts"),
+        ({"intent_key": KEY, "tenant": "x'; DROP TABLE effect_intents;--"}, InvalidTenant, "tenant"),
+    ],
+)
+def test_bad_input_is_typed_and_writes_nothing(
+    env: Env, kwargs: dict[str, str], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        env.ledger.execute(env.adapter, CHARGE, **kwargs)  # type: ignore[arg-type]
+    assert env.ledger.store.list_by_status(list(EffectStatus)) == []
+    assert env.fake.requests() == []
+
+
+def test_undigestible_params_name_the_path(env: Env) -> None:
+    bad = EffectRequest(operation="charge", params={"items": [{"price": 1}, {"price": {1, 2}}]})
+    with pytest.raises(UndigestibleRequest, match=r"items\[1\]\.price"):
+        env.ledger.execute(env.adapter, bad, intent_key=KEY)
+    assert env.ledger.store.get("default", KEY) is None
+    assert env.fake.requests() == []
+
+
+def test_tenant_allow_list(store_url: str, tmp_path: Path) -> None:
+    env = make_env(store_url, tmp_path)
+    strict = env.other_ledger(tenants={"acme"})
+    with pytest.raises(UnknownTenant, match="globex"):
+        strict.execute(env.adapter, CHARGE, intent_key=KEY, tenant="globex")
+    strict.execute(env.adapter, CHARGE, intent_key=KEY, tenant="acme")
+    assert [e.key for e in env.fake.effects()] == [f"acme/{KEY}"]
