@@ -1,0 +1,142 @@
+"""``StripeAdapter``: the ``safe_effects.ProviderAdapter`` for Stripe, over a small send/read transport."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from stripe import StripeObject
+from stripe._base_address import BaseAddress
+from stripe._request_options import RequestOptions
+
+from safe_effects import (
+    EffectRecord,
+    EffectRequest,
+    IntentKey,
+    LookupResult,
+    LookupStatus,
+    ProviderContract,
+    Verdict,
+    request_digest,
+)
+
+from ._classify import classify
+from ._contract import (
+    ACTION_DONE,
+    PROVIDER,
+    SEARCHABLE,
+    contract_for,
+    declined,
+    matches_intent,
+    provider_key,
+    search_query,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StripeCall:
+    """One SDK POST as the service built it; ``params`` are what is sent (the caller's, metadata stamped)."""
+
+    method: str
+    url: str
+    params: Mapping[str, Any]
+    options: RequestOptions
+    base_address: BaseAddress
+    usage: list[str] | None
+
+
+class StripeTransport(Protocol):
+    """What the adapter needs from the SDK: one write with a given key, and plain reads."""
+
+    def send(self, call: StripeCall, idempotency_key: str) -> StripeObject: ...
+
+    def read(self, url: str, params: Mapping[str, Any] | None = None) -> StripeObject: ...
+
+
+def _found(obj: Mapping[str, Any], method: str, **detail: Any) -> LookupResult:
+    """FOUND, or REFUSED for a PaymentIntent whose card was declined (it exists, nothing was charged)."""
+    status = LookupStatus.REFUSED if declined(obj) else LookupStatus.FOUND
+    return LookupResult(
+        status,
+        method,
+        provider_result_id=obj["id"],
+        response_digest=request_digest(obj),
+        evidence=f"stripe:{obj.get('object')}/{obj['id']}",
+        detail=detail,
+    )
+
+
+class StripeAdapter:
+    """Contract, classifier and lookups for Stripe v1 writes; the transport does the HTTP."""
+
+    provider = PROVIDER
+
+    def __init__(self, transport: StripeTransport) -> None:
+        self._transport = transport
+
+    def contract_for(self, operation: str) -> ProviderContract:
+        return contract_for(operation)
+
+    def provider_key(self, tenant: str, intent_key: IntentKey) -> str:
+        return provider_key(tenant, intent_key)
+
+    def dispatch(self, request: EffectRequest, provider_key: str) -> StripeObject:
+        call: StripeCall = request.payload
+        return self._transport.send(call, provider_key)
+
+    def classify(self, error: BaseException) -> Verdict:
+        return classify(error)
+
+    def result_id(self, response: StripeObject) -> str | None:
+        value = response.to_dict(recursive=False).get("id")
+        return value if isinstance(value, str) else None
+
+    def response_digest(self, response: StripeObject) -> str:
+        return request_digest(response.to_dict(for_json=True))
+
+    def _read(self, url: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """A read as plain JSON-shaped dicts, which the contract's small functions take."""
+        return self._transport.read(url, params).to_dict(for_json=True)
+
+    def lookup(self, record: EffectRecord) -> LookupResult:
+        """Search (stamped creates), list by parent (refunds) or retrieve (actions on an object)."""
+        resource, _, action = record.operation.rpartition(".")
+        if action == "create" and resource in SEARCHABLE:
+            return self._search(resource, record)
+        if record.operation == "refunds.create":
+            return self._list_refunds(record)
+        if record.operation in ACTION_DONE:
+            return self._retrieve(record, ACTION_DONE[record.operation])
+        return LookupResult(LookupStatus.INCONCLUSIVE, "none", detail={"reason": f"no lookup for {record.operation}"})
+
+    def _search(self, resource: str, record: EffectRecord) -> LookupResult:
+        """Search lags (usually < 1 min, up to an hour): a miss proves nothing."""
+        query = search_query(record.intent_key, record.tenant)
+        hits = sorted(
+            self._read(f"/v1/{resource}/search", {"query": query})["data"], key=lambda o: (o.get("created", 0), o["id"])
+        )
+        if not hits:
+            return LookupResult(LookupStatus.INCONCLUSIVE, "search", detail={"query": query, "hits": 0})
+        return _found(hits[0], "search", query=query, hits=[h["id"] for h in hits])
+
+    def _list_refunds(self, record: EffectRecord) -> LookupResult:
+        """Refunds are not searchable; list them by parent (consistent) and match the stamped metadata."""
+        parent = next(((k, v) for k, v in record.summary.items() if k in ("payment_intent", "charge")), None)
+        if parent is None:
+            return LookupResult(LookupStatus.INCONCLUSIVE, "list", detail={"reason": "no parent id recorded"})
+        listed = self._read("/v1/refunds", {parent[0]: parent[1], "limit": 100})["data"]
+        hits = [r for r in listed if matches_intent(r, record.intent_key, record.tenant)]
+        if not hits:
+            return LookupResult(LookupStatus.INCONCLUSIVE, "list", detail={parent[0]: parent[1], "hits": 0})
+        return _found(hits[0], "list", hits=[h["id"] for h in hits])
+
+    def _retrieve(self, record: EffectRecord, done: frozenset[str]) -> LookupResult:
+        """An action on an existing object happened when the object shows its after-state."""
+        object_path = record.summary["path"].rsplit("/", 1)[0]
+        obj = self._read(object_path)
+        if obj.get("status") in done or (record.operation == "payment_intents.confirm" and declined(obj)):
+            return _found(obj, "retrieve", status=obj.get("status"))
+        return LookupResult(
+            LookupStatus.INCONCLUSIVE, "retrieve", provider_result_id=obj["id"], detail={"status": obj.get("status")}
+        )

@@ -1,0 +1,95 @@
+"""Stripe SDK exception → Verdict: definitive (nothing happened) or unknown (it may have happened).
+
+Transport errors are read from the ``__cause__``/``__context__`` chain the SDK's RequestsClient builds
+(APIConnectionError ← requests ← urllib3 ← socket): refused or timed out while connecting means the
+request never left; a read timeout or a dropped connection after sending means it may have run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import requests
+import stripe
+import urllib3.exceptions
+
+from safe_effects import Outcome, Verdict
+
+_FINAL = (
+    stripe.CardError,
+    stripe.IdempotencyError,
+    stripe.InvalidRequestError,
+    stripe.AuthenticationError,
+    stripe.PermissionError,
+)
+# Any of these in the chain means bytes may have reached Stripe: never treat as "not sent".
+_AFTER_SEND = (
+    requests.exceptions.ReadTimeout,
+    urllib3.exceptions.ReadTimeoutError,
+    urllib3.exceptions.ProtocolError,
+    ConnectionResetError,
+)
+# Raised before a connection existed, so no request can have been sent.
+_BEFORE_SEND = (
+    requests.exceptions.ConnectTimeout,
+    urllib3.exceptions.ConnectTimeoutError,  # NewConnectionError and NameResolutionError inherit from it
+    ConnectionRefusedError,
+)
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    """The error and everything it wraps: causes, contexts, urllib3's ``reason`` and exception args."""
+    seen: set[int] = set()
+    stack = [error]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        wrapped = [current.__cause__, current.__context__, getattr(current, "reason", None), *current.args]
+        stack.extend(w for w in wrapped if isinstance(w, BaseException))
+
+
+def _retry_after(error: stripe.StripeError) -> float | None:
+    """Seconds from a Retry-After header, when Stripe sent a numeric one."""
+    value = (error.headers or {}).get("Retry-After") or (error.headers or {}).get("retry-after")
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _error_code(error: stripe.StripeError) -> str | None:
+    """The API error code (``card_declined``, ``idempotency_key_in_use``); APIError keeps it only in .error."""
+    return error.code or (error.error.code if error.error is not None else None)
+
+
+def _declined_intent(error: stripe.StripeError) -> str | None:
+    """The PaymentIntent a declined card still created (``error.payment_intent.id``)."""
+    intent = error.error.payment_intent if error.error is not None else None
+    return intent.id if intent is not None else None
+
+
+def _connection(error: stripe.APIConnectionError) -> Verdict:
+    """Refused or connect-timeout → retryable (never sent); anything after sending, or unrecognised → unknown."""
+    chain = list(_chain(error))
+    if any(isinstance(e, _AFTER_SEND) for e in chain):
+        return Verdict.of(error, Outcome.UNKNOWN, "after_send")
+    before = next((e for e in chain if isinstance(e, _BEFORE_SEND)), None)
+    if before is not None:
+        return Verdict.of(error, Outcome.RETRYABLE, f"before_send:{type(before).__name__}")
+    return Verdict.of(error, Outcome.UNKNOWN, "transport")
+
+
+def classify(error: BaseException) -> Verdict:
+    """The verdict for one exception from a Stripe write; unrecognised means unknown, never definitive."""
+    if isinstance(error, stripe.RateLimitError):  # 429: rate limiting runs before the endpoint executes
+        return Verdict.of(error, Outcome.RETRYABLE, _error_code(error) or "rate_limit", retry_after=_retry_after(error))
+    if isinstance(error, _FINAL):
+        return Verdict.of(error, Outcome.FINAL, _error_code(error), provider_result_id=_declined_intent(error))
+    if isinstance(error, stripe.APIConnectionError):
+        return _connection(error)
+    if isinstance(error, stripe.StripeError):  # APIError: 409 key in use, 5xx, unparseable answers
+        return Verdict.of(error, Outcome.UNKNOWN, _error_code(error) or f"http_{error.http_status}")
+    return Verdict.of(error, Outcome.UNKNOWN, "unrecognised")

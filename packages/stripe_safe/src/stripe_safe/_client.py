@@ -1,0 +1,273 @@
+"""SDK plumbing: a ``stripe.StripeClient`` whose requestor routes every POST through the ledger.
+
+The seam is ``_APIRequestor.request``: every v1/v2 service method (``client.v1.payment_intents.create`` and
+the ~500 others) ends there with the SDK's own call shape (method, url, params, options), so one override
+covers them all. Objects the SDK returns carry the same guarded requestor, so their instance methods are
+guarded too. Reads pass straight through.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import stripe
+from stripe._api_requestor import _APIRequestor
+from stripe._base_address import BaseAddress, BaseAddresses
+from stripe._oauth_service import OAuthService
+from stripe._request_options import RequestOptions
+from stripe._requestor_options import RequestorOptions
+from stripe._stripe_response import StripeStreamResponse, StripeStreamResponseAsync
+from stripe._v1_services import V1Services
+from stripe._v2_services import V2Services
+
+from safe_effects import (
+    DEFAULT_TENANT,
+    EffectRequest,
+    IntentKey,
+    InvalidIntentKey,
+    Ledger,
+    MissingIntentKey,
+    SafeEffectsError,
+    check_tenant,
+)
+
+from ._adapter import StripeAdapter, StripeCall
+from ._contract import CONNECT_TIMEOUT, READ_TIMEOUT, operation_for, retrieve_path, stamp_metadata, summary_for
+
+_log = logging.getLogger("stripe_safe")
+
+KEY_HINT = (
+    "a safe StripeClient write needs options={'idempotency_key': <intent key>} naming the business intent as "
+    "object_type:object_id:action:vN, e.g. IntentKey.build('invoice', 'inv_42', 'collect') == "
+    "'invoice:inv_42:collect:v1' (never a random value or an attempt number); for a call you have checked is "
+    "safe to repeat, use client.without_ledger(reason=...)"
+)
+
+
+def _intent_key(options: RequestOptions | None) -> IntentKey:
+    """The intent named by the caller's idempotency key; refuse a missing or malformed one before sending."""
+    raw = (options or {}).get("idempotency_key")
+    if not raw:
+        raise MissingIntentKey(f"no idempotency_key: {KEY_HINT}")
+    try:
+        return IntentKey.parse(raw)
+    except InvalidIntentKey as bad:
+        raise InvalidIntentKey(f"{bad}; {KEY_HINT}") from bad
+
+
+def _refuse_post(method: str, via: str) -> None:
+    if method.lower() == "post":
+        raise NotImplementedError(f"{via} POSTs are not guarded by the ledger; use the synchronous service call")
+
+
+class _LedgerRequestor(_APIRequestor):
+    """An ``_APIRequestor`` that sends POSTs through ``Ledger.execute`` (or ``compensate``)."""
+
+    def __init__(
+        self,
+        options: RequestorOptions,
+        client: stripe.HTTPClient,
+        *,
+        ledger: Ledger,
+        tenant: str,
+        compensates: IntentKey | None,
+    ) -> None:
+        super().__init__(options=options, client=client)
+        self.ledger, self.tenant, self.compensates = ledger, tenant, compensates
+        self.adapter = StripeAdapter(self)
+
+    def _new_requestor_with_options(self, options: RequestOptions | None) -> _LedgerRequestor:
+        plain = super()._new_requestor_with_options(options)
+        assert plain._client is not None  # always set: the client is built with an http_client
+        return _LedgerRequestor(
+            plain._options, plain._client, ledger=self.ledger, tenant=self.tenant, compensates=self.compensates
+        )
+
+    def request(
+        self,
+        method: str,
+        url: str,
+        params: Mapping[str, Any] | None = None,
+        options: RequestOptions | None = None,
+        *,
+        base_address: BaseAddress,
+        usage: list[str] | None = None,
+    ) -> stripe.StripeObject:
+        if method.lower() != "post":
+            return super().request(method, url, params, options, base_address=base_address, usage=usage)
+        intent = _intent_key(options)
+        path = url.split("?", 1)[0]
+        operation = operation_for(path)
+        caller = dict(params or {})
+        stamped = stamp_metadata(operation, caller, intent, self.tenant)
+        request = EffectRequest(
+            operation=operation,
+            params={"path": path, "params": caller},  # the digest covers the caller's call, not our metadata
+            payload=StripeCall(method, url, stamped, options or {}, base_address, usage),
+            summary=summary_for(path, caller),
+        )
+        if self.compensates is None:
+            receipt = self.ledger.execute(self.adapter, request, intent_key=intent, tenant=self.tenant)
+        else:
+            receipt = self.ledger.compensate(
+                self.adapter, request, original_key=self.compensates, compensating_key=intent, tenant=self.tenant
+            )
+        if receipt.response is not None:
+            response: stripe.StripeObject = receipt.response
+            return response
+        if receipt.provider_result_id is None:
+            raise SafeEffectsError(f"intent {intent!r} is confirmed without a Stripe object id to retrieve")
+        return self.read(retrieve_path(path, receipt.provider_result_id))  # a read, never a second write
+
+    async def request_async(
+        self,
+        method: str,
+        url: str,
+        params: Mapping[str, Any] | None = None,
+        options: RequestOptions | None = None,
+        *,
+        base_address: BaseAddress,
+        usage: list[str] | None = None,
+    ) -> stripe.StripeObject:
+        _refuse_post(method, "async")
+        return await super().request_async(method, url, params, options, base_address=base_address, usage=usage)
+
+    def request_stream(
+        self,
+        method: str,
+        url: str,
+        params: Mapping[str, Any] | None = None,
+        options: RequestOptions | None = None,
+        *,
+        base_address: BaseAddress,
+        usage: list[str] | None = None,
+    ) -> StripeStreamResponse:
+        _refuse_post(method, "streaming")
+        return super().request_stream(method, url, params, options, base_address=base_address, usage=usage)
+
+    async def request_stream_async(
+        self,
+        method: str,
+        url: str,
+        params: Mapping[str, Any] | None = None,
+        options: RequestOptions | None = None,
+        *,
+        base_address: BaseAddress,
+        usage: list[str] | None = None,
+    ) -> StripeStreamResponseAsync:
+        _refuse_post(method, "async streaming")
+        return await super().request_stream_async(method, url, params, options, base_address=base_address, usage=usage)
+
+    # -- the adapter's transport --------------------------------------------------------------------------
+
+    def send(self, call: StripeCall, idempotency_key: str) -> stripe.StripeObject:
+        """One POST with the ledger's key and the SDK's retries off, whatever the caller's options said."""
+        options: RequestOptions = {**call.options, "idempotency_key": idempotency_key, "max_network_retries": 0}
+        return super().request(
+            call.method, call.url, call.params, options, base_address=call.base_address, usage=call.usage
+        )
+
+    def read(self, url: str, params: Mapping[str, Any] | None = None) -> stripe.StripeObject:
+        return super().request("get", url, params, None, base_address="api", usage=["stripe_safe"])
+
+
+class StripeClient(stripe.StripeClient):
+    """``stripe.StripeClient`` whose writes cannot double-charge: each POST runs once per intent key."""
+
+    _requestor: _LedgerRequestor
+
+    def __init__(
+        self,
+        api_key: str,
+        *,
+        ledger: Ledger,
+        tenant: str = DEFAULT_TENANT,
+        timeout: float | tuple[float, float] = (CONNECT_TIMEOUT, READ_TIMEOUT),
+        stripe_account: str | None = None,
+        stripe_context: str | None = None,
+        stripe_version: str | None = None,
+        base_addresses: BaseAddresses | None = None,
+        client_id: str | None = None,
+        verify_ssl_certs: bool = True,
+        proxy: str | None = None,
+        max_network_retries: int | None = None,
+        http_client: stripe.RequestsClient | None = None,
+    ) -> None:
+        if max_network_retries:
+            raise ValueError("stripe_safe forces max_network_retries=0: SDK retries would hide unknown outcomes")
+        if http_client is None:
+            http_client = stripe.RequestsClient(timeout=timeout, verify_ssl_certs=verify_ssl_certs, proxy=proxy)
+        elif not isinstance(http_client, stripe.RequestsClient):
+            raise TypeError("stripe_safe classifies transport errors from requests: pass a stripe.RequestsClient")
+        super().__init__(
+            api_key,
+            stripe_account=stripe_account,
+            stripe_context=stripe_context,
+            stripe_version=stripe_version,
+            base_addresses=base_addresses,
+            client_id=client_id,
+            max_network_retries=0,
+            http_client=http_client,
+        )
+        plain = self._requestor
+        self._install(
+            _LedgerRequestor(plain._options, http_client, ledger=ledger, tenant=check_tenant(tenant), compensates=None)
+        )
+
+    def _install(self, requestor: _LedgerRequestor) -> None:
+        """Rebuild the service tree on ``requestor`` (the SDK binds services to the requestor at init)."""
+        self._requestor = requestor
+        self.oauth = OAuthService(requestor, self._options)  # type: ignore[no-untyped-call]  # SDK leaves it untyped
+        self.v1 = V1Services(requestor)  # type: ignore[no-untyped-call]
+        self.v2 = V2Services(requestor)  # type: ignore[no-untyped-call]
+
+    def _view(self, requestor: _LedgerRequestor) -> StripeClient:
+        view = copy.copy(self)
+        view._install(requestor)
+        return view
+
+    @property
+    def ledger(self) -> Ledger:
+        return self._requestor.ledger
+
+    @property
+    def adapter(self) -> StripeAdapter:
+        """The adapter for ``ledger.reconcile(client.adapter, intent_key=...)``."""
+        return self._requestor.adapter
+
+    def compensating(self, original_key: IntentKey | str) -> StripeClient:
+        """A view whose writes compensate ``original_key`` (e.g. a refund of a charge): linked in the ledger."""
+        requestor = self._requestor._new_requestor_with_options(None)
+        requestor.compensates = IntentKey.parse(original_key)
+        return self._view(requestor)
+
+    def without_ledger(self, *, reason: str) -> stripe.StripeClient:
+        """A plain SDK client (retries still off) for writes the caller has declared safe to repeat."""
+        if not reason.strip():
+            raise ValueError("without_ledger needs a reason: say why this write is safe to repeat")
+        _log.info("stripe_safe: ledger bypassed: %s", reason)
+        options = self._requestor._options
+        return stripe.StripeClient(
+            options.api_key or "",
+            stripe_account=options.stripe_account,
+            stripe_context=options.stripe_context,
+            stripe_version=options.stripe_version,
+            base_addresses=options.base_addresses,
+            max_network_retries=0,
+            http_client=self._requestor._client,
+        )
+
+    def with_stripe_context(self, stripe_context: str | stripe.StripeContext | None) -> StripeClient:
+        """Same client, other Stripe-Context, still guarded."""
+        return self._view(self._requestor._new_requestor_with_options({"stripe_context": stripe_context}))
+
+    def raw_request(self, method_: str, url_: str, **params: Any) -> Any:
+        _refuse_post(method_, "raw_request")
+        return super().raw_request(method_, url_, **params)
+
+    async def raw_request_async(self, method_: str, url_: str, **params: Any) -> Any:
+        _refuse_post(method_, "raw_request_async")
+        return await super().raw_request_async(method_, url_, **params)

@@ -1,0 +1,199 @@
+"""Checked facts about Stripe v1 writes, as data plus small pure functions: no SDK calls here.
+
+The operation name is derived from the SDK's own request shape (``post /v1/payment_intents/pi_1/confirm`` is
+``payment_intents.confirm``), so every POST is covered without a per-method wrapper.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from safe_effects import (
+    DEFAULT_TENANT,
+    ConcurrentSameKey,
+    IdempotencyContract,
+    IntentKey,
+    LookupKind,
+    LookupMethod,
+    ParameterMatching,
+    ProviderContract,
+)
+
+PROVIDER = "stripe"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+MAX_KEY_LENGTH = 255
+KEY_RETENTION = timedelta(hours=24)
+CONNECT_TIMEOUT = 5.0
+READ_TIMEOUT = 30.0
+
+METADATA_INTENT = "safe_effects_intent"  # Stripe metadata keys are at most 40 characters
+METADATA_TENANT = "safe_effects_tenant"
+MAX_METADATA_VALUE = 500
+
+# Resources the Search API covers (docs.stripe.com/search#supported-query-fields-for-each-resource).
+SEARCHABLE = frozenset({"payment_intents", "charges", "customers", "invoices", "prices", "products", "subscriptions"})
+# Creates whose params accept ``metadata``: the wrapper stamps the intent there so a lookup works after 24 h.
+STAMPED_CREATES = frozenset(
+    {f"{resource}.create" for resource in (*SEARCHABLE, "refunds", "setup_intents", "transfers", "payouts")}
+)
+# Refunds are not searchable but are listable by their parent, consistently (no search lag).
+REFUND_PARENTS = ("payment_intent", "charge")
+# An action on an existing object took effect when the retrieved object shows one of these statuses.
+ACTION_DONE: Mapping[str, frozenset[str]] = {
+    "payment_intents.confirm": frozenset({"succeeded", "processing", "requires_capture"}),
+    "payment_intents.capture": frozenset({"succeeded"}),
+    "payment_intents.cancel": frozenset({"canceled"}),
+    "invoices.pay": frozenset({"paid"}),
+}
+
+SOURCES = (
+    "https://docs.stripe.com/idempotency",
+    "https://docs.stripe.com/api/idempotent_requests",
+    "https://docs.stripe.com/error-handling",
+    "https://docs.stripe.com/error-low-level",
+    "https://docs.stripe.com/rate-limits",
+    "https://docs.stripe.com/search",
+    "https://docs.stripe.com/api/metadata",
+    "https://docs.stripe.com/api/errors",
+    "https://github.com/stripe/stripe-python/blob/master/stripe/_http_client.py",
+)
+
+KEY_REPLAY = LookupMethod(
+    kind=LookupKind.KEY_REPLAY,
+    description="resend the same request with the same Idempotency-Key: Stripe replays the saved result "
+    "(Idempotent-Replayed: true) or runs it once if the first attempt never started executing",
+    proves_absence=False,
+)
+SEARCH = LookupMethod(
+    kind=LookupKind.SEARCH,
+    description=f"Search API on metadata['{METADATA_INTENT}'] (and the tenant), written by the wrapper",
+    lag=timedelta(hours=1),  # usually under a minute; up to an hour during incidents
+    rate_limit_per_minute=20 * 60,
+    proves_absence=False,
+)
+RETRIEVE = LookupMethod(
+    kind=LookupKind.RETRIEVE,
+    description="retrieve the object named in the request path (or list refunds by their parent) and read "
+    "its status: consistent reads, no lag",
+    proves_absence=False,
+)
+
+BASE_CONTRACT = ProviderContract(
+    provider=PROVIDER,
+    idempotency=IdempotencyContract(
+        supported=True,
+        header=IDEMPOTENCY_HEADER,
+        max_key_length=MAX_KEY_LENGTH,
+        retention=KEY_RETENTION,
+        parameter_matching=ParameterMatching.STRICT,
+        concurrent_same_key=ConcurrentSameKey.CONFLICT,
+    ),
+    lookups=(KEY_REPLAY, SEARCH, RETRIEVE),
+    normal_response_window=timedelta(seconds=READ_TIMEOUT),
+    forced_sdk_settings={
+        "max_network_retries": "0",
+        "http_client": "stripe.RequestsClient",
+        "connect_timeout_seconds": str(CONNECT_TIMEOUT),
+        "read_timeout_seconds": str(READ_TIMEOUT),
+    },
+    sources=SOURCES,
+    unverified=(
+        "the message text of the 409 idempotency_key_in_use error",
+        "search lag bounds (documented as usually under a minute, up to an hour in incidents)",
+        "that a 500 saved for a key is replayed as the same 500 (documented, not observed here)",
+    ),
+)
+
+
+def contract_for(operation: str) -> ProviderContract:
+    """The Stripe contract narrowed to the lookups that can answer for ``operation``."""
+    resource, _, action = operation.rpartition(".")
+    usable = [KEY_REPLAY]
+    if action == "create" and resource in SEARCHABLE:
+        usable.append(SEARCH)
+    if operation == "refunds.create" or operation in ACTION_DONE:
+        usable.append(RETRIEVE)
+    return BASE_CONTRACT.model_copy(update={"operation": operation, "lookups": tuple(usable)})
+
+
+def _is_id(segment: str) -> bool:
+    """Stripe ids (``pi_3MtwBw...``) carry digits or capitals; resource and action names never do."""
+    return any(char.isdigit() or char.isupper() for char in segment)
+
+
+def operation_for(path: str) -> str:
+    """``/v1/payment_intents`` → ``payment_intents.create``, ``.../pi_1`` → ``.update``, ``.../pi_1/confirm``
+    → ``payment_intents.confirm``; ids are dropped so one name covers every object."""
+    segments = [s for s in path.split("?", 1)[0].split("/")[2:] if s]
+    names = [s for s in segments if not _is_id(s)]
+    if segments and _is_id(segments[-1]):
+        return ".".join([*names, "update"])
+    if len(segments) == 1:
+        return f"{segments[0]}.create"
+    return ".".join(names)
+
+
+def retrieve_path(path: str, result_id: str) -> str:
+    """Where to GET the object a POST to ``path`` produced: the path up to its id, or the collection + id."""
+    segments = path.split("?", 1)[0].rstrip("/").split("/")
+    if result_id in segments:
+        return "/".join(segments[: segments.index(result_id) + 1])
+    return "/".join([*segments, result_id])
+
+
+def provider_key(tenant: str, intent_key: IntentKey) -> str:
+    """The Idempotency-Key: the intent itself for the default tenant, tenant-qualified otherwise (≤ 255)."""
+    if tenant == DEFAULT_TENANT:
+        return str(intent_key)
+    qualified = f"{tenant}|{intent_key}"  # '|' never occurs in a tenant id, so the split is unambiguous
+    if len(qualified) <= MAX_KEY_LENGTH:
+        return qualified
+    return "h|" + hashlib.sha256(qualified.encode()).hexdigest()  # 64 hex chars are never a valid intent key
+
+
+def stamp_metadata(operation: str, params: Mapping[str, Any], intent_key: str, tenant: str) -> dict[str, Any]:
+    """The params actually sent: the caller's, plus the intent and tenant in ``metadata`` on stamped creates."""
+    sent = dict(params)
+    if operation in STAMPED_CREATES and len(intent_key) <= MAX_METADATA_VALUE:
+        existing = sent.get("metadata")
+        metadata = dict(existing) if isinstance(existing, Mapping) else {}
+        sent["metadata"] = {**metadata, METADATA_INTENT: intent_key, METADATA_TENANT: tenant}
+    return sent
+
+
+def _quoted(value: str) -> str:
+    """A Search query string literal: single quotes, with quotes and backslashes escaped."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def search_query(intent_key: str, tenant: str) -> str:
+    """The Search API query that finds the object a stamped create produced."""
+    return f"metadata['{METADATA_INTENT}']:{_quoted(intent_key)} AND metadata['{METADATA_TENANT}']:{_quoted(tenant)}"
+
+
+def summary_for(path: str, params: Mapping[str, Any]) -> dict[str, str]:
+    """Operator-facing, id-only facts the lookup needs later: the path and a refund's parent."""
+    summary = {"path": path.split("?", 1)[0]}
+    for parent in REFUND_PARENTS:
+        value = params.get(parent)
+        if isinstance(value, str):
+            summary[parent] = value
+    return summary
+
+
+def matches_intent(obj: Mapping[str, Any], intent_key: str, tenant: str) -> bool:
+    """Did the wrapper stamp ``obj`` for this intent and tenant?"""
+    metadata = obj.get("metadata") or {}
+    return bool(metadata.get(METADATA_INTENT) == intent_key and metadata.get(METADATA_TENANT) == tenant)
+
+
+def declined(obj: Mapping[str, Any]) -> bool:
+    """A PaymentIntent the create-and-confirm left declined: it exists, but the charge was refused."""
+    return (
+        obj.get("object") == "payment_intent"
+        and bool(obj.get("last_payment_error"))
+        and (obj.get("status") == "requires_payment_method")
+    )

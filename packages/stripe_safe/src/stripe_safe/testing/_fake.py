@@ -1,0 +1,273 @@
+"""A deterministic fake Stripe: the real SDK talks HTTP to it (``base_addresses={"api": fake.url}``).
+
+Rules and state live here and in ``_objects``; the wire, the request log and fault injection live in
+:class:`safe_effects.testing.FakeHTTPServer`. Idempotency follows docs.stripe.com/api/idempotent_requests:
+a saved result is replayed with ``Idempotent-Replayed: true``; other params → 400 ``idempotency_error``;
+a key still executing → 409 ``idempotency_key_in_use``; validation failures and 409s are not saved; keys
+are forgotten ``key_retention`` after first use on the injectable clock.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from safe_effects import Clock, system_clock
+from safe_effects.testing import FakeHTTPServer, FakeRequest, FakeResponse, Fault
+from stripe_safe._contract import operation_for
+
+from ._form import decode_form, flat_query, parse_search
+from ._objects import ApiError, Result, World
+
+_KINDS = ("payment_intents", "charges", "refunds", "customers", "invoices")
+_SEARCHABLE = ("payment_intents", "charges", "customers", "invoices")
+
+
+@dataclass(slots=True)
+class _Saved:
+    fingerprint: str
+    first_used: datetime
+    request_id: str
+    result: Result | None = None  # None while the first request still executes
+
+
+def stripe_error_fault(
+    status: int,
+    type_: str,
+    message: str,
+    *,
+    code: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    **match: Any,
+) -> Fault:
+    """A fault answering with a Stripe-shaped error body (the SDK needs ``error`` to be an object)."""
+    body = {"error": {"type": type_, "message": message, "code": code}}
+    return Fault.status_code(status, body=body, headers={"Request-Id": "req_fault", **(headers or {})}, **match)
+
+
+def rate_limit_fault(*, retry_after: float | None = None, **match: Any) -> Fault:
+    """429 before the endpoint runs: nothing saved, nothing done."""
+    headers = {"Retry-After": f"{retry_after:g}"} if retry_after is not None else {}
+    return stripe_error_fault(
+        429, "invalid_request_error", "Too many requests.", code="rate_limit", headers=headers, **match
+    )
+
+
+def server_error_fault(**match: Any) -> Fault:
+    """500 before the endpoint runs (the handler never sees the request)."""
+    return stripe_error_fault(500, "api_error", "An unknown error occurred on our end.", **match)
+
+
+class FakeStripe:
+    """Serve a small, strict subset of the Stripe v1 API with Stripe's idempotency rules."""
+
+    def __init__(
+        self,
+        *,
+        clock: Clock = system_clock,
+        key_retention: timedelta = timedelta(hours=24),
+        search_lag: timedelta = timedelta(0),
+        processing_seconds: float = 0.0,
+    ) -> None:
+        self.clock = clock
+        self.key_retention = key_retention
+        self.search_lag = search_lag
+        self.processing_seconds = processing_seconds  # real time a write holds its key (409 window)
+        self.world = World(clock)
+        self.server = FakeHTTPServer(self._handle)
+        self._lock = threading.RLock()
+        self._keys: dict[tuple[str, str], _Saved] = {}
+        self._effects: Counter[str] = Counter()
+        self._request_ids = 0
+
+    # -- lifecycle and test surface -----------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def start(self) -> FakeStripe:
+        self.server.start()
+        return self
+
+    def close(self) -> None:
+        self.server.close()
+
+    def __enter__(self) -> FakeStripe:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def inject(self, fault: Fault) -> None:
+        self.server.inject(fault)
+
+    def requests(self, method: str | None = None, path_prefix: str = "/") -> list[FakeRequest]:
+        return self.server.requests(method, path_prefix)
+
+    def effect_count(self, operation: str) -> int:
+        """How many requests changed provider state for ``operation`` (replays and refusals excluded)."""
+        with self._lock:
+            return self._effects[operation]
+
+    def objects(self, kind: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(o) for o in self.world.objects[kind].values()]
+
+    @property
+    def payment_intents(self) -> list[dict[str, Any]]:
+        return self.objects("payment_intents")
+
+    @property
+    def refunds(self) -> list[dict[str, Any]]:
+        return self.objects("refunds")
+
+    @property
+    def customers(self) -> list[dict[str, Any]]:
+        return self.objects("customers")
+
+    @property
+    def charges(self) -> list[dict[str, Any]]:
+        return self.objects("charges")
+
+    @property
+    def invoices(self) -> list[dict[str, Any]]:
+        return self.objects("invoices")
+
+    # -- the handler --------------------------------------------------------------------------------------
+
+    def _next_request_id(self) -> str:
+        with self._lock:
+            self._request_ids += 1
+            return f"req_F{self._request_ids:07d}"
+
+    def _handle(self, request: FakeRequest) -> FakeResponse:
+        request_id = self._next_request_id()
+        auth = request.header("authorization") or ""
+        api_key = auth.removeprefix("Bearer ").strip()
+        if not api_key.startswith(("sk_test_", "rk_test_")):
+            return _answer(Result(401, _error("invalid_request_error", "Invalid API Key provided.")), request_id)
+        if request.method == "GET":
+            return _answer(self._read(request), request_id)
+        if request.method != "POST":
+            return _answer(Result(405, _error("invalid_request_error", "Unsupported method.")), request_id)
+        if api_key.startswith("rk_test_"):
+            message = "The provided key does not have the required permissions for this endpoint."
+            return _answer(Result(403, _error("invalid_request_error", message)), request_id)
+        key = request.header("idempotency-key")
+        if key is None:
+            return _answer(self._run(request), request_id)
+        return self._idempotent(request, (api_key, key), request_id)
+
+    def _idempotent(self, request: FakeRequest, slot: tuple[str, str], request_id: str) -> FakeResponse:
+        fingerprint = request.path + "?" + json.dumps(decode_form(request.body), sort_keys=True)
+        with self._lock:
+            saved = self._keys.get(slot)
+            if saved is not None and self.clock() - saved.first_used >= self.key_retention:
+                del self._keys[slot]  # pruned: the key is new again
+                saved = None
+            if saved is not None and saved.result is None:
+                message = "There is currently another in-progress request using this Idempotent Key."
+                body = _error("idempotency_error", message, code="idempotency_key_in_use")
+                return _answer(Result(409, body), request_id)
+            if saved is not None and saved.fingerprint != fingerprint:
+                message = (
+                    f"Keys for idempotent requests can only be used with the same parameters they were "
+                    f"first used with. Try using a key other than '{slot[1]}'."
+                )
+                return _answer(Result(400, _error("idempotency_error", message)), request_id)
+            if saved is not None and saved.result is not None:
+                return _answer(saved.result, request_id, replay_of=saved.request_id)
+            self._keys[slot] = _Saved(fingerprint, self.clock(), request_id)
+        if self.processing_seconds:
+            time.sleep(self.processing_seconds)
+        result = self._run(request)
+        with self._lock:
+            if _saved_by_stripe(result):
+                self._keys[slot].result = result
+            else:
+                del self._keys[slot]
+        return _answer(result, request_id)
+
+    def _run(self, request: FakeRequest) -> Result:
+        """Execute one write under the world lock; count it when it changed provider state."""
+        operation = operation_for(request.path)
+        handler = self._writes().get(operation)
+        if handler is None:
+            return Result(404, _error("invalid_request_error", f"Unrecognized request URL (POST: {request.path})."))
+        params = decode_form(request.body)
+        segments = request.path.strip("/").split("/")
+        with self._lock:
+            try:
+                result = handler(segments[2] if len(segments) > 2 else "", params)
+            except ApiError as refused:
+                return Result(refused.status, refused.body)
+            if result.effect:
+                self._effects[operation] += 1
+            return Result(result.status, json.loads(json.dumps(result.body)), result.effect)  # a snapshot
+
+    def _writes(self) -> Mapping[str, Callable[[str, Mapping[str, Any]], Result]]:
+        w = self.world
+        return {
+            "payment_intents.create": lambda _, p: w.create_payment_intent(p),
+            "payment_intents.update": w.update_payment_intent,
+            "payment_intents.confirm": w.confirm_payment_intent,
+            "payment_intents.capture": w.capture_payment_intent,
+            "payment_intents.cancel": w.cancel_payment_intent,
+            "refunds.create": lambda _, p: w.create_refund(p),
+            "customers.create": lambda _, p: w.create_customer(p),
+            "charges.create": lambda _, p: w.create_charge(p),
+            "invoices.create": lambda _, p: w.create_invoice(p),
+            "invoices.pay": w.pay_invoice,
+        }
+
+    def _read(self, request: FakeRequest) -> Result:
+        segments = request.path.strip("/").split("/")
+        kind = segments[1] if len(segments) > 1 else ""
+        if len(segments) < 2 or segments[0] != "v1" or kind not in _KINDS or len(segments) > 3:
+            return Result(404, _error("invalid_request_error", f"Unrecognized request URL (GET: {request.path})."))
+        query = flat_query(request.query)
+        with self._lock:
+            if len(segments) == 3 and segments[2] == "search" and kind in _SEARCHABLE:
+                return self._search(kind, request.path, query.get("query", ""))
+            if len(segments) == 3:
+                try:
+                    return Result(200, dict(self.world.get(kind, segments[2])))
+                except ApiError as missing:
+                    return Result(missing.status, missing.body)
+            listed = self.world.listed(kind, query)[: int(query.get("limit", "10"))]
+            return Result(200, {"object": "list", "data": listed, "has_more": False, "url": request.path})
+
+    def _search(self, kind: str, path: str, query: str) -> Result:
+        try:
+            clauses = parse_search(query)
+        except ValueError as bad:
+            return Result(400, _error("invalid_request_error", str(bad), code="parameter_invalid_string"))
+        found = self.world.searched(kind, clauses, visible_before=self.clock() - self.search_lag)
+        return Result(
+            200, {"object": "search_result", "data": found, "has_more": False, "next_page": None, "url": path}
+        )
+
+
+def _error(type_: str, message: str, *, code: str | None = None) -> dict[str, Any]:
+    return {"error": {"type": type_, "message": message, "code": code}}
+
+
+def _saved_by_stripe(result: Result) -> bool:
+    """Stripe saves a result once the endpoint ran: successes, declines (402), server errors; not 4xx validation."""
+    return result.status < 400 or result.status == 402 or result.status >= 500
+
+
+def _answer(result: Result, request_id: str, *, replay_of: str | None = None) -> FakeResponse:
+    """Serialize; ``committed`` only when this very request changed state (a replay never does)."""
+    headers = {"Request-Id": request_id}
+    if replay_of is not None:
+        headers |= {"Idempotent-Replayed": "true", "Original-Request": replay_of}
+    committed = result.effect and replay_of is None
+    return FakeResponse.json(result.status, result.body, headers=headers, committed=committed)

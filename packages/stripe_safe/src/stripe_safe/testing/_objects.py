@@ -1,0 +1,361 @@
+"""The fake Stripe's world: objects and the rules that change them, free of HTTP and idempotency.
+
+Each write returns a :class:`Result`; ``effect`` names the operation that changed provider state, so the
+fake can count effects (a declined create still counts: the PaymentIntent exists).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+# Test payment methods (docs.stripe.com/testing) and what the fake does with them.
+DECLINES: Mapping[str, tuple[str, str]] = {
+    "pm_card_chargeDeclined": ("card_declined", "generic_decline"),
+    "pm_card_chargeDeclinedInsufficientFunds": ("card_declined", "insufficient_funds"),
+    "pm_card_chargeDeclinedExpiredCard": ("expired_card", "expired_card"),
+    "tok_chargeDeclined": ("card_declined", "generic_decline"),
+}
+_CONFIRMABLE = frozenset({"requires_payment_method", "requires_confirmation"})
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    status: int
+    body: dict[str, Any]
+    effect: bool = False  # provider state changed
+
+
+class ApiError(Exception):
+    """A 4xx the fake answers before changing anything (validation, missing object, wrong state)."""
+
+    def __init__(self, status: int, type_: str, message: str, *, code: str | None = None, param: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.body = {"error": {"type": type_, "message": message, "code": code, "param": param}}
+
+
+def _required(params: Mapping[str, Any], name: str) -> Any:
+    if name not in params or params[name] in ("", None):
+        raise ApiError(
+            400, "invalid_request_error", f"Missing required param: {name}.", code="parameter_missing", param=name
+        )
+    return params[name]
+
+
+def _amount(params: Mapping[str, Any], name: str = "amount") -> int:
+    raw = _required(params, name)
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ApiError(
+            400, "invalid_request_error", f"Invalid integer: {raw}", code="parameter_invalid_integer", param=name
+        ) from None
+    if value <= 0:
+        raise ApiError(400, "invalid_request_error", "Amount must be positive.", code="amount_too_small", param=name)
+    return value
+
+
+def _metadata(params: Mapping[str, Any]) -> dict[str, str]:
+    raw = params.get("metadata")
+    return {str(k): str(v) for k, v in raw.items()} if isinstance(raw, Mapping) else {}
+
+
+class World:
+    """All objects by kind, plus when each was created (for the search index lag)."""
+
+    def __init__(self, clock: Callable[[], datetime]) -> None:
+        self.clock = clock
+        self.objects: dict[str, dict[str, dict[str, Any]]] = {
+            kind: {} for kind in ("payment_intents", "charges", "refunds", "customers", "invoices")
+        }
+        self.created_at: dict[str, datetime] = {}
+        self._ids = itertools.count(1)
+
+    def _new(self, kind: str, prefix: str, fields: dict[str, Any]) -> dict[str, Any]:
+        oid = f"{prefix}_F{next(self._ids):07d}"
+        now = self.clock()
+        obj = {"id": oid, "created": int(now.timestamp()), "livemode": False, **fields}
+        self.objects[kind][oid] = obj
+        self.created_at[oid] = now
+        return obj
+
+    def get(self, kind: str, oid: str) -> dict[str, Any]:
+        obj = self.objects.get(kind, {}).get(oid)
+        if obj is None:
+            raise ApiError(
+                404, "invalid_request_error", f"No such {kind[:-1]}: '{oid}'", code="resource_missing", param="id"
+            )
+        return obj
+
+    # -- payment intents ----------------------------------------------------------------------------------
+
+    def create_payment_intent(self, params: Mapping[str, Any]) -> Result:
+        amount, currency = _amount(params), str(_required(params, "currency"))
+        if "customer" in params:
+            self.get("customers", str(params["customer"]))
+        pi = self._new(
+            "payment_intents",
+            "pi",
+            {
+                "object": "payment_intent",
+                "amount": amount,
+                "currency": currency,
+                "amount_received": 0,
+                "capture_method": params.get("capture_method", "automatic"),
+                "customer": params.get("customer"),
+                "description": params.get("description"),
+                "metadata": _metadata(params),
+                "payment_method": params.get("payment_method"),
+                "latest_charge": None,
+                "last_payment_error": None,
+                "status": "requires_confirmation" if params.get("payment_method") else "requires_payment_method",
+                "cancellation_reason": None,
+            },
+        )
+        if params.get("confirm") == "true":
+            return self._confirm(pi)
+        return Result(200, pi, effect=True)
+
+    def confirm_payment_intent(self, oid: str, params: Mapping[str, Any]) -> Result:
+        pi = self.get("payment_intents", oid)
+        if pi["status"] not in _CONFIRMABLE:
+            raise ApiError(
+                400,
+                "invalid_request_error",
+                f"This PaymentIntent's status is {pi['status']}.",
+                code="payment_intent_unexpected_state",
+            )
+        if "payment_method" in params:
+            pi["payment_method"] = params["payment_method"]
+        if not pi["payment_method"]:
+            raise ApiError(
+                400,
+                "invalid_request_error",
+                "You must provide a payment method.",
+                code="payment_intent_unexpected_state",
+                param="payment_method",
+            )
+        return self._confirm(pi)
+
+    def _confirm(self, pi: dict[str, Any]) -> Result:
+        decline = DECLINES.get(str(pi["payment_method"]))
+        if decline is not None:
+            code, decline_code = decline
+            error = {
+                "type": "card_error",
+                "code": code,
+                "decline_code": decline_code,
+                "message": "Your card was declined.",
+                "payment_method": {"id": pi["payment_method"]},
+            }
+            pi.update(status="requires_payment_method", last_payment_error=error)
+            return Result(402, {"error": {**error, "payment_intent": dict(pi)}}, effect=True)
+        manual = pi["capture_method"] == "manual"
+        charge = self._new(
+            "charges",
+            "ch",
+            {
+                "object": "charge",
+                "amount": pi["amount"],
+                "currency": pi["currency"],
+                "payment_intent": pi["id"],
+                "captured": not manual,
+                "amount_captured": 0 if manual else pi["amount"],
+                "amount_refunded": 0,
+                "refunded": False,
+                "status": "succeeded",
+                "metadata": {},
+                "customer": pi["customer"],
+            },
+        )
+        pi.update(
+            latest_charge=charge["id"],
+            last_payment_error=None,
+            status="requires_capture" if manual else "succeeded",
+            amount_received=0 if manual else pi["amount"],
+        )
+        return Result(200, pi, effect=True)
+
+    def capture_payment_intent(self, oid: str, params: Mapping[str, Any]) -> Result:
+        pi = self.get("payment_intents", oid)
+        if pi["status"] != "requires_capture":
+            raise ApiError(
+                400,
+                "invalid_request_error",
+                f"This PaymentIntent's status is {pi['status']}.",
+                code="payment_intent_unexpected_state",
+            )
+        amount = _amount(params, "amount_to_capture") if "amount_to_capture" in params else pi["amount"]
+        charge = self.objects["charges"][pi["latest_charge"]]
+        charge.update(captured=True, amount_captured=amount)
+        pi.update(status="succeeded", amount_received=amount)
+        return Result(200, pi, effect=True)
+
+    def cancel_payment_intent(self, oid: str, params: Mapping[str, Any]) -> Result:
+        pi = self.get("payment_intents", oid)
+        if pi["status"] in ("succeeded", "canceled"):
+            raise ApiError(
+                400,
+                "invalid_request_error",
+                f"This PaymentIntent's status is {pi['status']}.",
+                code="payment_intent_unexpected_state",
+            )
+        pi.update(status="canceled", cancellation_reason=params.get("cancellation_reason", "requested_by_customer"))
+        return Result(200, pi, effect=True)
+
+    def update_payment_intent(self, oid: str, params: Mapping[str, Any]) -> Result:
+        pi = self.get("payment_intents", oid)
+        pi["metadata"] = {**pi["metadata"], **_metadata(params)}
+        pi.update({k: params[k] for k in ("description", "payment_method") if k in params})
+        return Result(200, pi, effect=True)
+
+    # -- refunds, customers, charges, invoices ------------------------------------------------------------
+
+    def create_refund(self, params: Mapping[str, Any]) -> Result:
+        if "payment_intent" in params:
+            pi = self.get("payment_intents", str(params["payment_intent"]))
+            if not pi["latest_charge"]:
+                raise ApiError(
+                    400,
+                    "invalid_request_error",
+                    "This PaymentIntent has no successful charge.",
+                    code="charge_not_refundable",
+                )
+            charge = self.objects["charges"][pi["latest_charge"]]
+        else:
+            charge = self.get("charges", str(_required(params, "charge")))
+        remaining = charge["amount_captured"] - charge["amount_refunded"]
+        amount = _amount(params) if "amount" in params else remaining
+        if amount > remaining or remaining <= 0:
+            raise ApiError(
+                400,
+                "invalid_request_error",
+                "Refund amount exceeds the refundable amount.",
+                code="charge_already_refunded",
+                param="amount",
+            )
+        charge.update(
+            amount_refunded=charge["amount_refunded"] + amount,
+            refunded=charge["amount_refunded"] + amount == charge["amount_captured"],
+        )
+        refund = self._new(
+            "refunds",
+            "re",
+            {
+                "object": "refund",
+                "amount": amount,
+                "currency": charge["currency"],
+                "charge": charge["id"],
+                "payment_intent": charge["payment_intent"],
+                "status": "succeeded",
+                "reason": params.get("reason"),
+                "metadata": _metadata(params),
+            },
+        )
+        return Result(200, refund, effect=True)
+
+    def create_customer(self, params: Mapping[str, Any]) -> Result:
+        customer = self._new(
+            "customers",
+            "cus",
+            {
+                "object": "customer",
+                "email": params.get("email"),
+                "name": params.get("name"),
+                "description": params.get("description"),
+                "metadata": _metadata(params),
+            },
+        )
+        return Result(200, customer, effect=True)
+
+    def create_charge(self, params: Mapping[str, Any]) -> Result:
+        amount, currency = _amount(params), str(_required(params, "currency"))
+        source = str(params.get("source") or params.get("customer") or "")
+        if not source:
+            raise ApiError(
+                400,
+                "invalid_request_error",
+                "Must provide source or customer.",
+                code="parameter_missing",
+                param="source",
+            )
+        decline = DECLINES.get(source)
+        charge = self._new(
+            "charges",
+            "ch",
+            {
+                "object": "charge",
+                "amount": amount,
+                "currency": currency,
+                "payment_intent": None,
+                "captured": decline is None,
+                "amount_captured": 0 if decline else amount,
+                "amount_refunded": 0,
+                "refunded": False,
+                "status": "failed" if decline else "succeeded",
+                "metadata": _metadata(params),
+                "customer": params.get("customer"),
+                "description": params.get("description"),
+            },
+        )
+        if decline is not None:
+            error = {
+                "type": "card_error",
+                "code": decline[0],
+                "decline_code": decline[1],
+                "charge": charge["id"],
+                "message": "Your card was declined.",
+            }
+            return Result(402, {"error": error}, effect=True)
+        return Result(200, charge, effect=True)
+
+    def create_invoice(self, params: Mapping[str, Any]) -> Result:
+        customer = self.get("customers", str(_required(params, "customer")))
+        invoice = self._new(
+            "invoices",
+            "in",
+            {
+                "object": "invoice",
+                "customer": customer["id"],
+                "status": "draft",
+                "paid": False,
+                "amount_due": int(params.get("amount_due", 0)),
+                "metadata": _metadata(params),
+                "description": params.get("description"),
+            },
+        )
+        return Result(200, invoice, effect=True)
+
+    def pay_invoice(self, oid: str, params: Mapping[str, Any]) -> Result:
+        invoice = self.get("invoices", oid)
+        if invoice["status"] not in ("draft", "open"):
+            raise ApiError(
+                400, "invalid_request_error", f"Invoice is already {invoice['status']}.", code="invoice_not_payable"
+            )
+        invoice.update(status="paid", paid=True)
+        return Result(200, invoice, effect=True)
+
+    # -- reads --------------------------------------------------------------------------------------------
+
+    def listed(self, kind: str, filters: Mapping[str, str]) -> list[dict[str, Any]]:
+        """Objects of ``kind`` matching the list filters the fake knows (parents), newest first."""
+        known = {k: v for k, v in filters.items() if k in ("payment_intent", "charge", "customer")}
+        found = [o for o in self.objects[kind].values() if all(o.get(k) == v for k, v in known.items())]
+        return sorted(found, key=lambda o: o["id"], reverse=True)
+
+    def searched(
+        self, kind: str, clauses: list[tuple[str | None, str, str]], visible_before: datetime
+    ) -> list[dict[str, Any]]:
+        """Objects matching every clause, among those the (lagging) search index already holds."""
+
+        def hit(obj: dict[str, Any]) -> bool:
+            return all(
+                (obj.get("metadata", {}) if scope == "metadata" else obj).get(name) == value
+                for scope, name, value in clauses
+            )
+
+        return [o for o in self.objects[kind].values() if self.created_at[o["id"]] <= visible_before and hit(o)]

@@ -1,0 +1,92 @@
+"""The Stripe rules as data: operation names, paths, provider keys, metadata, search queries, public API."""
+
+from __future__ import annotations
+
+import pytest
+
+import stripe_safe
+from safe_effects import DEFAULT_TENANT, IntentKey, LookupKind, ParameterMatching
+from stripe_safe import METADATA_INTENT, METADATA_TENANT, contract_for, operation_for, provider_key, search_query
+from stripe_safe._contract import retrieve_path, stamp_metadata
+from stripe_safe.testing._form import decode_form, parse_search
+
+
+@pytest.mark.parametrize(
+    ("path", "operation"),
+    [
+        ("/v1/payment_intents", "payment_intents.create"),
+        ("/v1/payment_intents/pi_3Mtw/confirm", "payment_intents.confirm"),
+        ("/v1/payment_intents/pi_3Mtw", "payment_intents.update"),
+        ("/v1/invoices/in_1A/pay", "invoices.pay"),
+        ("/v1/customers/cus_9Z/balance_transactions", "customers.balance_transactions"),
+    ],
+)
+def test_operation_names_come_from_the_path(path: str, operation: str) -> None:
+    assert operation_for(path) == operation
+
+
+def test_retrieve_path_is_the_object_the_write_produced() -> None:
+    assert retrieve_path("/v1/payment_intents", "pi_1") == "/v1/payment_intents/pi_1"
+    assert retrieve_path("/v1/payment_intents/pi_1/capture", "pi_1") == "/v1/payment_intents/pi_1"
+
+
+def test_provider_key_is_the_intent_for_the_default_tenant_and_qualified_otherwise() -> None:
+    key = IntentKey.parse("invoice:inv_42:collect:v1")
+    assert provider_key(DEFAULT_TENANT, key) == key
+    assert provider_key("acme", key) == f"acme|{key}"
+    long_key = IntentKey.build("invoice", "x" * 230, "collect")
+    hashed = provider_key("acme.eu-1", long_key)
+    assert hashed.startswith("h|")
+    assert len(hashed) <= 255
+
+
+def test_metadata_is_added_on_stamped_creates_only_and_the_callers_params_are_untouched() -> None:
+    params = {"amount": 1, "metadata": {"order": "o_1"}}
+    sent = stamp_metadata("payment_intents.create", params, "a:b:c:v1", "default")
+    assert sent["metadata"] == {"order": "o_1", METADATA_INTENT: "a:b:c:v1", METADATA_TENANT: "default"}
+    assert params == {"amount": 1, "metadata": {"order": "o_1"}}
+    assert stamp_metadata("payment_intents.confirm", {}, "a:b:c:v1", "default") == {}
+    assert len(METADATA_INTENT) <= 40
+    assert len(METADATA_TENANT) <= 40
+
+
+def test_search_query_escapes_quotes_and_round_trips_through_the_fake_parser() -> None:
+    query = search_query("a:b'\\c:d:v1", "t")
+    assert parse_search(query) == [("metadata", METADATA_INTENT, "a:b'\\c:d:v1"), ("metadata", METADATA_TENANT, "t")]
+
+
+def test_form_decoding_matches_the_sdk_encoding() -> None:
+    body = b"amount=5&metadata[k]=v&expand[0]=a&expand[1]=b&confirm=true"
+    assert decode_form(body) == {"amount": "5", "metadata": {"k": "v"}, "expand": ["a", "b"], "confirm": "true"}
+
+
+def test_contract_facts() -> None:
+    contract = contract_for("payment_intents.create")
+    assert contract.idempotency.max_key_length == 255
+    assert contract.idempotency.parameter_matching is ParameterMatching.STRICT
+    assert contract.idempotency.retention is not None
+    assert contract.idempotency.retention.total_seconds() == 86400
+    assert [m.kind for m in contract.lookups] == [LookupKind.KEY_REPLAY, LookupKind.SEARCH]
+    assert [m.kind for m in contract_for("refunds.create").lookups] == [LookupKind.KEY_REPLAY, LookupKind.RETRIEVE]
+    assert contract.forced_sdk_settings["max_network_retries"] == "0"
+    assert "https://docs.stripe.com/idempotency" in contract.sources
+
+
+def test_public_api_is_pinned() -> None:
+    assert sorted(stripe_safe.__all__) == sorted(
+        [
+            "StripeClient",
+            "StripeAdapter",
+            "StripeCall",
+            "StripeTransport",
+            "classify",
+            "contract_for",
+            "BASE_CONTRACT",
+            "PROVIDER",
+            "METADATA_INTENT",
+            "METADATA_TENANT",
+            "operation_for",
+            "provider_key",
+            "search_query",
+        ]
+    )

@@ -1,0 +1,207 @@
+"""The drop-in client against the fake, ledger on SQLite and PostgreSQL: both sides asserted every time."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+import stripe
+
+from safe_effects import (
+    EffectDeferred,
+    EffectRejected,
+    EffectStatus,
+    EffectUnknown,
+    IntentConflict,
+    InvalidIntentKey,
+    MissingIntentKey,
+    request_digest,
+)
+from safe_effects.testing import Fault
+from stripe_safe import METADATA_INTENT, METADATA_TENANT, StripeClient
+from stripe_safe.testing import rate_limit_fault, server_error_fault
+
+from .conftest import API_KEY, KEY, PI, Env
+
+KEY_WINDOW_PASSED = timedelta(hours=25)
+
+
+def create(env: Env, params: dict[str, object] = PI, key: str = KEY) -> stripe.PaymentIntent:
+    return env.client.v1.payment_intents.create(params=params, options={"idempotency_key": key})  # type: ignore[arg-type]
+
+
+def test_create_is_confirmed_stamped_and_answered_from_the_ledger_by_a_read(env: Env) -> None:
+    first = create(env)
+    again = create(env)
+    assert isinstance(again, stripe.PaymentIntent)
+    assert again.id == first.id
+    assert again.status == "succeeded"
+    assert env.posts() == 1
+    assert env.fake.effect_count("payment_intents.create") == 1
+    assert len(env.fake.requests("GET", f"/v1/payment_intents/{first.id}")) == 1
+    stored = env.fake.payment_intents[0]
+    assert stored["metadata"] == {METADATA_INTENT: KEY, METADATA_TENANT: "default"}
+    assert env.fake.requests("POST")[0].header("idempotency-key") == KEY
+    record = env.record()
+    assert (record.status, record.provider_result_id) == (EffectStatus.CONFIRMED, first.id)
+    assert record.resolution is not None
+    assert record.resolution.method == "provider_response"
+
+
+def test_metadata_stamping_leaves_the_digest_of_the_callers_params(env: Env) -> None:
+    params = {**PI, "metadata": {"order": "o_1"}}
+    create(env, params)
+    assert env.fake.payment_intents[0]["metadata"] == {"order": "o_1", METADATA_INTENT: KEY, METADATA_TENANT: "default"}
+    expected = {"path": "/v1/payment_intents", "params": params}
+    digest = request_digest({"provider": "stripe", "operation": "payment_intents.create", "params": expected})
+    assert env.record().request_digest == digest
+
+
+def test_missing_key_raises_before_anything_is_sent(env: Env) -> None:
+    with pytest.raises(MissingIntentKey, match="idempotency_key"):
+        env.client.v1.payment_intents.create(params=PI)  # type: ignore[arg-type]
+    assert env.fake.requests() == []
+    assert env.ledger.store.list_by_status(list(EffectStatus)) == []
+
+
+def test_invalid_key_explains_how_to_build_one(env: Env) -> None:
+    with pytest.raises(InvalidIntentKey, match=r"IntentKey\.build\('invoice', 'inv_42', 'collect'\)"):
+        create(env, key="3f2c9a1e-random-uuid")
+    assert env.fake.requests() == []
+
+
+def test_parameter_mismatch_is_refused_before_sending(env: Env) -> None:
+    create(env)
+    with pytest.raises(IntentConflict):
+        create(env, {**PI, "amount": 2001})
+    assert env.posts() == 1
+    assert len(env.fake.payment_intents) == 1
+    assert env.record().status is EffectStatus.CONFIRMED
+
+
+def test_lost_response_is_unknown_then_a_same_key_replay_confirms_one_payment_intent(env: Env) -> None:
+    env.fake.inject(Fault.drop_after_commit(path_prefix="/v1/payment_intents"))
+    with pytest.raises(EffectUnknown):
+        create(env)
+    record = env.record()
+    assert record.status is EffectStatus.UNKNOWN
+    assert record.last_error_code == "after_send"
+    assert env.fake.effect_count("payment_intents.create") == 1
+
+    replayed = create(env)
+    posts = env.fake.requests("POST")
+    assert len(posts) == 2
+    assert {p.header("idempotency-key") for p in posts} == {KEY}
+    assert env.fake.effect_count("payment_intents.create") == 1
+    assert len(env.fake.payment_intents) == 1
+    assert [e.committed for e in env.fake.server.exchanges if e.request.method == "POST"] == [True, False]
+    record = env.record()
+    assert (record.status, record.provider_result_id) == (EffectStatus.CONFIRMED, replayed.id)
+    assert record.resolution is not None
+    assert record.resolution.method == "key_replay"
+
+
+def test_after_the_key_window_the_metadata_search_finds_it_without_a_second_create(env: Env) -> None:
+    env.fake.inject(Fault.drop_after_commit())
+    with pytest.raises(EffectUnknown):
+        create(env)
+    env.clock.advance(KEY_WINDOW_PASSED)
+    found = create(env)
+    assert env.posts() == 1
+    assert len(env.fake.payment_intents) == 1
+    assert len(env.fake.requests("GET", "/v1/payment_intents/search")) == 1
+    record = env.record()
+    assert (record.status, record.provider_result_id) == (EffectStatus.CONFIRMED, found.id)
+    assert record.resolution is not None
+    assert record.resolution.method == "lookup:search"
+
+
+def test_after_the_window_a_lagging_search_stays_unknown_and_sends_nothing(env: Env) -> None:
+    env.fake.search_lag = KEY_WINDOW_PASSED * 2
+    env.fake.inject(Fault.drop_after_commit())
+    with pytest.raises(EffectUnknown):
+        create(env)
+    env.clock.advance(KEY_WINDOW_PASSED)
+    with pytest.raises(EffectUnknown, match="no lookup could settle it"):
+        create(env)
+    assert env.posts() == 1
+    assert len(env.fake.payment_intents) == 1
+    record = env.record()
+    assert (record.status, record.provider_result_id) == (EffectStatus.UNKNOWN, None)
+
+
+def test_declined_card_is_rejected_with_the_payment_intent_id(env: Env) -> None:
+    with pytest.raises(EffectRejected) as caught:
+        create(env, {**PI, "payment_method": "pm_card_chargeDeclined"})
+    assert isinstance(caught.value.provider_error, stripe.CardError)
+    declined = env.fake.payment_intents
+    assert len(declined) == 1
+    assert declined[0]["status"] == "requires_payment_method"
+    record = env.record()
+    assert (record.status, record.provider_result_id) == (EffectStatus.REJECTED, declined[0]["id"])
+    assert (record.last_error_class, record.last_error_code) == ("CardError", "card_declined")
+    with pytest.raises(EffectRejected):
+        create(env, {**PI, "payment_method": "pm_card_chargeDeclined"})
+    assert env.posts() == 1
+
+
+def test_rate_limit_is_retried_with_the_same_key_honouring_retry_after(env: Env) -> None:
+    env.fake.inject(rate_limit_fault(retry_after=0.25))
+    intent = create(env)
+    posts = env.fake.requests("POST")
+    assert len(posts) == 2
+    assert {p.header("idempotency-key") for p in posts} == {KEY}
+    assert env.sleeps == [0.0]  # the policy caps the hint (max_wait=0 in tests); the hint itself is read
+    assert len(env.fake.payment_intents) == 1
+    record = env.record()
+    assert (record.status, record.provider_result_id, record.attempt_count) == (EffectStatus.CONFIRMED, intent.id, 1)
+
+
+def test_server_error_before_execution_is_unknown_and_the_replay_runs_it_once(env: Env) -> None:
+    env.fake.inject(server_error_fault())
+    with pytest.raises(EffectUnknown):
+        create(env)
+    assert env.fake.payment_intents == []
+    assert env.record().status is EffectStatus.UNKNOWN
+    intent = create(env)
+    assert env.posts() == 2
+    assert len(env.fake.payment_intents) == 1
+    assert env.record().provider_result_id == intent.id
+
+
+def test_timeout_after_commit_is_unknown(env: Env) -> None:
+    env.fake.inject(Fault.delay(1.5))
+    with pytest.raises(EffectUnknown):
+        create(env)
+    assert len(env.fake.payment_intents) == 1
+    assert env.record().status is EffectStatus.UNKNOWN
+
+
+def test_refused_connection_defers_without_any_effect(env: Env, closed_port: int) -> None:
+    client = StripeClient(API_KEY, ledger=env.ledger, base_addresses={"api": f"http://127.0.0.1:{closed_port}"})
+    with pytest.raises(EffectDeferred):
+        client.v1.payment_intents.create(params=PI, options={"idempotency_key": KEY})  # type: ignore[arg-type]
+    record = env.record()
+    assert (record.status, record.last_error_code) == (EffectStatus.PREPARED, "before_send:NewConnectionError")
+    assert env.fake.requests() == []
+    assert create(env).status == "succeeded"
+    assert env.posts() == 1
+
+
+def test_tenants_get_distinct_provider_keys_and_stamps(env: Env) -> None:
+    other = StripeClient(API_KEY, ledger=env.ledger, tenant="acme", base_addresses={"api": env.fake.url})
+    create(env)
+    other.v1.payment_intents.create(params=PI, options={"idempotency_key": KEY})  # type: ignore[arg-type]
+    keys = [p.header("idempotency-key") for p in env.fake.requests("POST")]
+    assert keys == [KEY, f"acme|{KEY}"]
+    assert [pi["metadata"][METADATA_TENANT] for pi in env.fake.payment_intents] == ["default", "acme"]
+    assert env.record(tenant="acme").status is EffectStatus.CONFIRMED
+
+
+def test_reads_pass_through_and_the_opt_out_is_spelled_out(env: Env) -> None:
+    raw = env.client.without_ledger(reason="customer creation is deduplicated by email upstream")
+    customer = raw.v1.customers.create(params={"email": "a@example.com"})
+    assert env.client.v1.customers.retrieve(customer.id).email == "a@example.com"
+    assert env.ledger.store.list_by_status(list(EffectStatus)) == []
+    with pytest.raises(ValueError, match="reason"):
+        env.client.without_ledger(reason=" ")
