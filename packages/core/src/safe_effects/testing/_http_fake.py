@@ -125,6 +125,7 @@ class FakeHTTPServer:
         self._lock = threading.Lock()
         self._faults: list[list[Any]] = []  # [fault, remaining]
         self._exchanges: list[Exchange] = []
+        self._arrivals: list[FakeRequest] = []  # logged on arrival, before any delay or fault
         self._on_received: list[Hook] = []
         self._on_committed: list[Hook] = []
         self._closing = threading.Event()
@@ -139,7 +140,9 @@ class FakeHTTPServer:
         return f"http://{host!s}:{port}"
 
     def start(self) -> FakeHTTPServer:
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="fake-http", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-http", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -158,6 +161,13 @@ class FakeHTTPServer:
         """Queue a fault; the first queued fault that matches a request fires."""
         with self._lock:
             self._faults.append([fault, fault.times])
+
+    def reset(self) -> None:
+        """Forget faults, exchanges and arrivals, so one running server can serve many tests."""
+        with self._lock:
+            self._faults.clear()
+            self._exchanges.clear()
+            self._arrivals.clear()
 
     def clear_faults(self) -> None:
         with self._lock:
@@ -184,18 +194,19 @@ class FakeHTTPServer:
             return list(self._exchanges)
 
     def requests(self, method: str | None = None, path_prefix: str = "/") -> list[FakeRequest]:
-        return [
-            e.request
-            for e in self.exchanges
-            if (method is None or e.request.method == method) and e.request.path.startswith(path_prefix)
-        ]
+        """Every request that arrived (even one still waiting on a delay fault), in arrival order."""
+        with self._lock:
+            arrived = list(self._arrivals)
+        return [r for r in arrived if (method is None or r.method == method) and r.path.startswith(path_prefix)]
 
     # -- used by the request handler thread -------------------------------------------------------------
 
-    def _next_seq(self) -> int:
+    def _arrive(self, **fields: Any) -> FakeRequest:
         with self._lock:
             self._seq += 1
-            return self._seq
+            request = FakeRequest(seq=self._seq, **fields)
+            self._arrivals.append(request)
+            return request
 
     def _take_fault(self, request: FakeRequest) -> Fault | None:
         with self._lock:
@@ -256,8 +267,7 @@ def _make_handler_class(server: FakeHTTPServer) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
             parts = urlsplit(self.path)
-            request = FakeRequest(
-                seq=server._next_seq(),
+            request = server._arrive(
                 method=self.command,
                 path=parts.path,
                 query=parse_qs(parts.query),
