@@ -1,1 +1,51 @@
-"""sendgrid_safe."""
+"""sendgrid_safe: a drop-in SendGrid client whose sends go through the safe-effects ledger, once per intent."""
+
+from ._adapter import SendGridAdapter
+from ._client import LedgerResponse
+from ._rules import (
+    CONTRACT,
+    INTENT_ARG,
+    OPERATION,
+    PROVIDER,
+    RECIPIENTS_ARG,
+    TENANT_ARG,
+    classify,
+    event_verdict,
+)
+from ._signature import (
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    WebhookSignatureError,
+    load_public_key,
+    verify_signature,
+)
+from ._webhook import IngestReport, MalformedWebhook, ingest_events, parse_event
+from ._wrapper import SendGridAPIClient
+from ._wsgi import make_wsgi_app
+
+__all__ = [
+    # the drop-in client
+    "SendGridAPIClient",
+    "LedgerResponse",
+    # the provider seam
+    "SendGridAdapter",
+    "CONTRACT",
+    "PROVIDER",
+    "OPERATION",
+    "INTENT_ARG",
+    "TENANT_ARG",
+    "RECIPIENTS_ARG",
+    "classify",
+    "event_verdict",
+    # event webhook
+    "ingest_events",
+    "parse_event",
+    "IngestReport",
+    "MalformedWebhook",
+    "make_wsgi_app",
+    "verify_signature",
+    "load_public_key",
+    "WebhookSignatureError",
+    "SIGNATURE_HEADER",
+    "TIMESTAMP_HEADER",
+]

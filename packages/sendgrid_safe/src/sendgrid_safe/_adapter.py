@@ -1,0 +1,100 @@
+"""The ``ProviderAdapter`` for SendGrid Mail Send: what the ledger calls, and nothing else."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import sendgrid
+
+from safe_effects import (
+    EffectRecord,
+    EffectRequest,
+    IntentKey,
+    LookupResult,
+    LookupStatus,
+    ProviderContract,
+    Verdict,
+)
+
+from . import _client, _rules
+
+
+class SendGridAdapter:
+    """Sends through a raw SDK client, classifies its errors, looks intents up in the Email Activity API."""
+
+    provider = _rules.PROVIDER
+
+    def __init__(
+        self,
+        sdk: sendgrid.SendGridAPIClient,
+        *,
+        timeout: float = _rules.DEFAULT_TIMEOUT,
+        activity_lookup: bool = True,
+        lookup_min_interval: float = 60.0 / 6,
+    ) -> None:
+        self.sdk = sdk
+        self.timeout = timeout
+        self.activity_lookup = activity_lookup  # False when the account lacks the paid add-on
+        self.lookup_min_interval = lookup_min_interval  # SendGrid allows 6 activity queries a minute
+        self._lookup_lock = threading.Lock()
+        self._last_lookup = -float("inf")
+
+    def contract_for(self, operation: str) -> ProviderContract:
+        return _rules.CONTRACT
+
+    def provider_key(self, tenant: str, intent_key: IntentKey) -> str:
+        return f"{tenant}:{intent_key}"
+
+    def dispatch(self, request: EffectRequest, provider_key: str) -> Any:
+        body = request.payload if request.payload is not None else request.params
+        return _client.post_mail_send(self.sdk, _rules.stamp(body, provider_key), self.timeout)
+
+    def classify(self, error: BaseException) -> Verdict:
+        return _rules.classify(error)
+
+    def result_id(self, response: Any) -> str | None:
+        return _client.x_message_id(response)
+
+    def response_digest(self, response: Any) -> str:
+        return _client.digest_response(response)
+
+    def lookup(self, record: EffectRecord) -> LookupResult:
+        """Found in Email Activity confirms; not found proves nothing (lag, retention, add-on missing)."""
+        query = _rules.activity_query(record.tenant, record.intent_key)
+        skipped = self._skip_reason(record)
+        if skipped is not None:
+            return LookupResult(LookupStatus.INCONCLUSIVE, "activity_api", detail={"skipped": skipped})
+        try:
+            answer = _client.get_messages(self.sdk, query, self.timeout)
+        except Exception as error:  # 403 without the add-on, 429, transport: nothing learned
+            verdict = _rules.classify(error)
+            return LookupResult(
+                LookupStatus.INCONCLUSIVE, "activity_api", detail={"error": verdict.error_code or "error"}
+            )
+        messages = answer.get("messages") if isinstance(answer, dict) else None
+        found = [m for m in messages or [] if isinstance(m, dict) and isinstance(m.get("msg_id"), str)]
+        if not found:
+            return LookupResult(LookupStatus.INCONCLUSIVE, "activity_api", detail={"matches": 0})
+        msg_id = found[0]["msg_id"]
+        return LookupResult(
+            LookupStatus.FOUND,
+            "activity_api",
+            provider_result_id=_rules.message_id_of(msg_id),
+            evidence=f"sendgrid:activity:{msg_id}",
+            detail={"matches": len(found), "status": str(found[0].get("status"))},
+        )
+
+    def _skip_reason(self, record: EffectRecord) -> str | None:
+        """Why not to query now: add-on off, a key the query syntax cannot quote, or the rate limit."""
+        if not self.activity_lookup:
+            return "activity lookup disabled"
+        if any(c in record.intent_key for c in '"\\'):
+            return "intent key has characters the activity query cannot quote"
+        with self._lookup_lock:
+            now = time.monotonic()
+            if now - self._last_lookup < self.lookup_min_interval:
+                return "activity API rate limit (6/min) kept locally"
+            self._last_lookup = now
+        return None

@@ -1,0 +1,117 @@
+"""Event Webhook ingestion: SendGrid's event batches become ledger evidence, one fact per event, once."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from safe_effects import (
+    Evidence,
+    EvidenceVerdict,
+    IntentKey,
+    InvalidInput,
+    Ledger,
+    check_tenant,
+    request_digest,
+)
+
+from . import _rules
+from ._signature import PublicKey, load_public_key, verify_signature
+
+SOURCE = "sendgrid_webhook"
+Fate = Literal["recorded", "duplicates", "foreign", "unmatched", "malformed"]
+
+
+class MalformedWebhook(InvalidInput):
+    """The POST body is not a JSON array of events; nothing was recorded."""
+
+    code = "malformed_webhook"
+
+
+@dataclass(frozen=True, slots=True)
+class IngestReport:
+    """What one POST did: SendGrid redelivers batches, so duplicates are normal."""
+
+    events: int = 0
+    recorded: int = 0  # new evidence stored (and any unknown intent it decides settled)
+    duplicates: int = 0  # evidence already stored from an earlier delivery of the same event
+    foreign: int = 0  # no safe_effects custom_args: not sent through sendgrid_safe
+    unmatched: int = 0  # our custom_args, but no such intent (or tenant) in this ledger
+    malformed: int = 0  # not an event object, or our fields are invalid
+
+
+def ingest_events(
+    ledger: Ledger, body: bytes, headers: Mapping[str, str], *, public_key: str | PublicKey | None
+) -> IngestReport:
+    """Verify (when a key is given), parse and record one Event Webhook POST; returns the counts."""
+    if public_key is not None:
+        verify_signature(load_public_key(public_key), body, headers)
+    try:
+        events = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise MalformedWebhook(f"event webhook body is not JSON: {error}") from error
+    if not isinstance(events, list):
+        raise MalformedWebhook(f"event webhook body must be a JSON array, got {type(events).__name__}")
+    now = ledger.clock()
+    fates: Counter[str] = Counter(_ingest_one(ledger, event, now) for event in events)
+    return IngestReport(events=len(events), **fates)
+
+
+def _ingest_one(ledger: Ledger, event: Any, now: datetime) -> Fate:
+    evidence = parse_event(event, now)
+    if not isinstance(evidence, Evidence):
+        return evidence
+    if ledger.store.get(evidence.tenant, evidence.intent_key) is None:
+        return "unmatched"  # never store evidence that could settle an intent of another ledger later
+    try:
+        return "recorded" if ledger.record_evidence(evidence) else "duplicates"
+    except InvalidInput:  # a tenant this ledger does not serve
+        return "unmatched"
+
+
+def parse_event(event: Any, received_at: datetime) -> Evidence | Literal["foreign", "malformed"]:
+    """One event as :class:`Evidence`, or why it is skipped."""
+    if not isinstance(event, dict) or not isinstance(event.get("event"), str):
+        return "malformed"
+    intent, tenant = event.get(_rules.INTENT_ARG), event.get(_rules.TENANT_ARG)
+    if intent is None and tenant is None:
+        return "foreign"
+    sg_message_id = event.get("sg_message_id")
+    verdict = _rules.event_verdict(event)
+    try:
+        key, tenant = IntentKey.parse(intent), check_tenant(tenant)
+        event_id = event.get("sg_event_id") or request_digest(event)  # redelivery carries the same id
+    except InvalidInput:
+        return "malformed"
+    if not isinstance(event_id, str) or not (sg_message_id is None or isinstance(sg_message_id, str)):
+        return "malformed"
+    if verdict is EvidenceVerdict.CONFIRMS and not sg_message_id:
+        return "malformed"  # a delivery event without the message id confirms nothing we can cite
+    return Evidence(
+        tenant=tenant,
+        intent_key=key,
+        provider=_rules.PROVIDER,
+        source=SOURCE,
+        event_id=event_id,
+        kind=event["event"],
+        verdict=verdict,
+        provider_result_id=_rules.message_id_of(sg_message_id) if sg_message_id else None,
+        received_at=received_at,
+        detail=_detail(event),
+    )
+
+
+def _detail(event: Mapping[str, Any]) -> dict[str, Any]:
+    """Ids and SendGrid's fixed vocabularies only: no addresses, no SMTP text that may quote one."""
+    detail = {k: event[k] for k in ("sg_message_id", "timestamp") if isinstance(event.get(k), str | int)}
+    if event.get("event") == "dropped" and isinstance(event.get("reason"), str):
+        detail["reason"] = event["reason"][:100]
+    if event.get("event") == "bounce" and isinstance(event.get("type"), str):
+        detail["bounce_type"] = event["type"][:20]
+    if isinstance(event.get(_rules.RECIPIENTS_ARG), str):
+        detail["recipients"] = event[_rules.RECIPIENTS_ARG]
+    return detail

@@ -1,0 +1,73 @@
+"""The drop-in ``SendGridAPIClient``: the SDK's construction and ``send``, guarded by the ledger."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sendgrid
+
+from safe_effects import (
+    DEFAULT_TENANT,
+    EffectRecord,
+    EffectRequest,
+    IntentKey,
+    Ledger,
+    MissingIntentKey,
+    check_tenant,
+)
+
+from . import _rules
+from ._adapter import SendGridAdapter
+from ._client import LedgerResponse
+
+
+class SendGridAPIClient:
+    """``sendgrid.SendGridAPIClient`` whose ``send`` reaches SendGrid at most once per intent key.
+
+    Every other attribute is the wrapped SDK client's, unguarded (``sg.client.mail.send.post`` bypasses
+    the ledger: use :meth:`send`).
+    """
+
+    def __init__(
+        self,
+        api_key: str | None = None,
+        host: str = "https://api.sendgrid.com",
+        impersonate_subuser: str | None = None,
+        *,
+        ledger: Ledger,
+        tenant: str = DEFAULT_TENANT,
+        timeout: float = _rules.DEFAULT_TIMEOUT,
+        activity_lookup: bool = True,
+    ) -> None:
+        sdk = sendgrid.SendGridAPIClient(api_key=api_key, host=host, impersonate_subuser=impersonate_subuser)
+        sdk.client.timeout = timeout  # the SDK default (None) would let a passthrough call hang forever
+        self._sdk = sdk
+        self.ledger = ledger
+        self.tenant = check_tenant(tenant)
+        self.adapter = SendGridAdapter(sdk, timeout=timeout, activity_lookup=activity_lookup)
+
+    def send(self, message: Any, *, intent_key: IntentKey | str | None = None) -> Any:
+        """Send a ``Mail`` (or its dict) once for ``intent_key``; a stored answer comes back as LedgerResponse."""
+        if intent_key is None:
+            raise MissingIntentKey("SendGridAPIClient.send needs intent_key=...: SendGrid has no idempotency")
+        body = _rules.message_body(message)
+        _rules.check_unstamped(body)
+        request = EffectRequest(
+            operation=_rules.OPERATION,
+            params=body,
+            summary={"recipients": str(_rules.recipient_count(body))},
+        )
+        receipt = self.ledger.execute(self.adapter, request, intent_key=intent_key, tenant=self.tenant)
+        if receipt.response is not None:
+            return receipt.response
+        return LedgerResponse(receipt.record.provider_result_id)
+
+    def reconcile(self, *, intent_key: IntentKey | str) -> EffectRecord:
+        """Try to settle an unknown send from evidence or the Email Activity API; never resends."""
+        return self.ledger.reconcile(self.adapter, intent_key=intent_key, tenant=self.tenant)
+
+    def __getattr__(self, name: str) -> Any:
+        """Everything else is the SDK's own (``client``, ``host``, ``reset_request_headers``...)."""
+        if name == "_sdk":  # not yet set: fail plainly instead of recursing
+            raise AttributeError(name)
+        return getattr(self._sdk, name)

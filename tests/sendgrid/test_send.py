@@ -1,0 +1,117 @@
+"""The drop-in surface: SDK construction and ``send``, answers from the ledger, stamping, refusals."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from safe_effects import (
+    EffectRecord,
+    EffectStatus,
+    IntentConflict,
+    InvalidInput,
+    Ledger,
+    MissingIntentKey,
+)
+from sendgrid_safe import INTENT_ARG, RECIPIENTS_ARG, TENANT_ARG, LedgerResponse, SendGridAPIClient
+from sendgrid_safe.testing import FakeSendGrid
+
+Record = Callable[[str], EffectRecord]
+
+
+def test_send_without_an_intent_key_is_refused_before_anything(
+    sg: SendGridAPIClient, fake: FakeSendGrid, ledger: Ledger, mail: Any
+) -> None:
+    def count() -> int:
+        return len(ledger.store.list_by_status(list(EffectStatus), provider="sendgrid", limit=10_000))
+
+    before = count()
+    with pytest.raises(MissingIntentKey):
+        sg.send(mail())
+    assert fake.requests() == []
+    assert count() == before
+
+
+def test_a_send_is_the_sdks_response_and_a_repeat_comes_from_the_ledger(
+    sg: SendGridAPIClient, fake: FakeSendGrid, record: Record, key: str, mail: Any
+) -> None:
+    live = sg.send(mail(), intent_key=key)
+    assert live.status_code == 202
+    message_id = live.headers["X-Message-Id"]
+    again = sg.send(mail(), intent_key=key)
+    assert isinstance(again, LedgerResponse)
+    assert (again.status_code, again.body, again.to_dict, again.from_ledger) == (202, b"", None, True)
+    assert again.headers["x-message-id"] == message_id
+    assert fake.effect_count == 1
+    assert record(key).status is EffectStatus.CONFIRMED
+    assert record(key).provider_result_id == message_id
+
+
+def test_a_dict_message_is_the_same_intent_as_its_mail(
+    sg: SendGridAPIClient, fake: FakeSendGrid, key: str, mail: Any
+) -> None:
+    message = mail()
+    sg.send(message, intent_key=key)
+    assert isinstance(sg.send(message.get(), intent_key=key), LedgerResponse)
+    assert fake.effect_count == 1
+
+
+def test_intent_and_tenant_travel_as_custom_args_and_the_callers_dict_is_untouched(
+    make_sg: Callable[..., SendGridAPIClient], fake: FakeSendGrid, ledger: Ledger, key: str, mail: Any
+) -> None:
+    sg = make_sg(tenant="acme")
+    body = mail(to=["a@example.com", "b@example.com"]).get()
+    body["custom_args"] = {"order": "o_1"}
+    before = copy.deepcopy(body)
+    sg.send(body, intent_key=key)
+    assert body == before
+    assert fake.messages[0].custom_args == {
+        "order": "o_1",
+        INTENT_ARG: key,
+        TENANT_ARG: "acme",
+        RECIPIENTS_ARG: "2",
+    }
+    assert ledger.get(key, tenant="acme").status is EffectStatus.CONFIRMED
+
+
+def test_a_message_carrying_our_custom_args_is_refused(
+    sg: SendGridAPIClient, fake: FakeSendGrid, key: str, mail: Any
+) -> None:
+    body = mail().get()
+    body["personalizations"][0]["custom_args"] = {INTENT_ARG: "invoice:other:email:v1"}
+    with pytest.raises(InvalidInput):
+        sg.send(body, intent_key=key)
+    assert fake.requests() == []
+
+
+def test_the_same_key_with_another_message_is_a_conflict(
+    sg: SendGridAPIClient, fake: FakeSendGrid, record: Record, key: str, mail: Any
+) -> None:
+    sg.send(mail(subject="one"), intent_key=key)
+    with pytest.raises(IntentConflict):
+        sg.send(mail(subject="two"), intent_key=key)
+    assert fake.effect_count == 1
+    assert record(key).status is EffectStatus.CONFIRMED
+
+
+def test_sdk_attributes_pass_through_with_an_explicit_timeout(sg: SendGridAPIClient, fake: FakeSendGrid) -> None:
+    assert sg.host == fake.url
+    assert sg.api_key == "SG.fake-key"
+    assert sg.client.timeout == 0.5
+    assert callable(sg.reset_request_headers)
+
+
+def test_per_call_headers_on_the_raw_client_do_not_leak_into_guarded_sends(
+    sg: SendGridAPIClient, fake: FakeSendGrid, key: str, mail: Any
+) -> None:
+    """python-http-client merges request_headers= into the client's stored headers for good."""
+    sg.client.messages.get(query_params={"limit": 1}, request_headers={"Content-Type": "text/plain", "X-Leak": "1"})
+    assert sg.client.request_headers["X-Leak"] == "1"  # the trap: stored for every later raw call
+    sg.send(mail(), intent_key=key)
+    sent = fake.sends()[-1]
+    assert sent.header("x-leak") is None
+    assert sent.header("content-type") == "application/json"
+    assert fake.effect_count == 1

@@ -1,0 +1,121 @@
+"""A lost 202 never becomes a resend: the intent stays unknown until evidence or a lookup settles it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from safe_effects import EffectRecord, EffectRejected, EffectStatus, EffectUnknown, Ledger
+from safe_effects.testing import Fault
+from sendgrid_safe import LedgerResponse, SendGridAPIClient, ingest_events
+from sendgrid_safe.testing import FakeSendGrid
+
+S = EffectStatus
+Record = Callable[[str], EffectRecord]
+
+
+def _lose_the_202(sg: SendGridAPIClient, fake: FakeSendGrid, key: str, message: Any) -> None:
+    fake.inject(Fault.drop_after_commit())
+    with pytest.raises(EffectUnknown):
+        sg.send(message, intent_key=key)
+
+
+def _retry_stays_unknown(sg: SendGridAPIClient, fake: FakeSendGrid, key: str, message: Any) -> None:
+    with pytest.raises(EffectUnknown):
+        sg.send(message, intent_key=key)
+    assert (len(fake.sends()), fake.effect_count) == (1, 1)  # asked again, sent nothing
+
+
+def test_lost_202_then_webhook_confirms_without_a_resend(
+    sg: SendGridAPIClient, fake: FakeSendGrid, ledger: Ledger, key: str, mail: Any
+) -> None:
+    fake.activity_visible = False  # activity search lags: a lookup finds nothing yet
+    _lose_the_202(sg, fake, key, mail())
+    _retry_stays_unknown(sg, fake, key, mail())
+    assert ledger.get(key).status is S.UNKNOWN
+
+    body, headers = fake.webhook_request(fake.events(fake.messages[0]))
+    report = ingest_events(ledger, body, headers, public_key=fake.signer.public_key)
+    assert (report.recorded, report.malformed) == (2, 0)
+
+    settled = ledger.get(key)
+    assert settled.status is S.CONFIRMED
+    assert settled.provider_result_id == fake.messages[0].message_id
+    assert settled.resolution is not None
+    assert settled.resolution.method == "evidence:sendgrid_webhook"
+    answer = sg.send(mail(), intent_key=key)
+    assert isinstance(answer, LedgerResponse)
+    assert answer.headers["X-Message-Id"] == fake.messages[0].message_id
+    assert (len(fake.sends()), fake.effect_count) == (1, 1)
+
+
+def test_lost_202_then_the_activity_api_confirms_it(
+    sg: SendGridAPIClient, fake: FakeSendGrid, record: Record, key: str, mail: Any
+) -> None:
+    _lose_the_202(sg, fake, key, mail())
+    answer = sg.send(mail(), intent_key=key)
+    assert isinstance(answer, LedgerResponse)
+    settled = record(key)
+    assert (settled.status, settled.provider_result_id) == (S.CONFIRMED, fake.messages[0].message_id)
+    assert settled.resolution is not None
+    assert settled.resolution.method == "lookup:activity_api"
+    assert (len(fake.sends()), fake.effect_count) == (1, 1)
+    assert len(fake.requests("GET", "/v3/messages")) == 1
+
+
+def test_without_evidence_it_stays_unknown_and_is_listed(
+    sg: SendGridAPIClient, fake: FakeSendGrid, ledger: Ledger, key: str, mail: Any
+) -> None:
+    fake.activity_enabled = False  # no paid add-on: every search is a 403
+    sg.adapter.lookup_min_interval = 0.0
+    _lose_the_202(sg, fake, key, mail())
+    for _ in range(3):
+        _retry_stays_unknown(sg, fake, key, mail())
+    assert sg.reconcile(intent_key=key).status is S.UNKNOWN
+    assert ledger.get(key).status is S.UNKNOWN
+    unknown = ledger.store.list_by_status([S.UNKNOWN], provider="sendgrid", limit=10_000)
+    assert key in [r.intent_key for r in unknown]
+    assert len(fake.requests("GET", "/v3/messages")) == 4
+
+
+def test_the_activity_rate_limit_is_kept_locally(
+    sg: SendGridAPIClient, fake: FakeSendGrid, record: Record, key: str, mail: Any
+) -> None:
+    fake.activity_visible = False
+    _lose_the_202(sg, fake, key, mail())
+    _retry_stays_unknown(sg, fake, key, mail())
+    _retry_stays_unknown(sg, fake, key, mail())
+    assert len(fake.requests("GET", "/v3/messages")) == 1  # the second lookup came within 10 s
+    assert record(key).status is S.UNKNOWN
+
+
+def test_a_dropped_single_recipient_message_is_rejected(
+    sg: SendGridAPIClient, fake: FakeSendGrid, ledger: Ledger, key: str, mail: Any
+) -> None:
+    fake.activity_visible = False
+    _lose_the_202(sg, fake, key, mail())
+    events = fake.events(fake.messages[0], kinds=["dropped"], reason="Bounced Address")
+    body, headers = fake.webhook_request(events)
+    assert ingest_events(ledger, body, headers, public_key=fake.signer.public_key).recorded == 1
+    assert ledger.get(key).status is S.REJECTED
+    with pytest.raises(EffectRejected):
+        sg.send(mail(), intent_key=key)
+    assert (len(fake.sends()), fake.effect_count) == (1, 1)
+
+
+def test_a_drop_for_one_of_several_recipients_decides_nothing(
+    sg: SendGridAPIClient, fake: FakeSendGrid, ledger: Ledger, key: str, mail: Any
+) -> None:
+    fake.activity_visible = False
+    message = mail(to=["a@example.com", "b@example.com"])
+    _lose_the_202(sg, fake, key, message)
+    first_only = fake.events(fake.messages[0], kinds=["dropped"], reason="Unsubscribed Address")[:1]
+    body, headers = fake.webhook_request(first_only)
+    assert ingest_events(ledger, body, headers, public_key=fake.signer.public_key).recorded == 1
+    assert ledger.get(key).status is S.UNKNOWN
+    body, headers = fake.webhook_request(fake.events(fake.messages[0], kinds=["delivered"])[1:])
+    ingest_events(ledger, body, headers, public_key=fake.signer.public_key)
+    assert ledger.get(key).status is S.CONFIRMED
+    assert fake.effect_count == 1
