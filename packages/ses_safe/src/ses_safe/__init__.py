@@ -1,1 +1,41 @@
-"""ses_safe."""
+"""ses_safe: boto3 SES and SESv2 clients whose sends go through the safe-effects ledger exactly once."""
+
+from ._adapter import SendPayload, SesAdapter
+from ._classify import FINAL_CODES, RETRYABLE_CODES, classify
+from ._client import INTENT_KWARG, MissingConfigurationSet, SafeSESClient, SafeSESv2Client, boundary_config, client
+from ._contract import CONTRACTS, PROVIDER, send_contract
+from ._events import IngestOutcome, IngestResult, ingest_event, unwrap
+from ._poller import SQSEventPoller
+from ._tags import INTENT_TAG, TENANT_TAG, ReservedTagName, intent_tag, tenant_tag
+
+__all__ = [
+    # clients
+    "client",
+    "SafeSESClient",
+    "SafeSESv2Client",
+    "INTENT_KWARG",
+    "boundary_config",
+    # provider seam
+    "SesAdapter",
+    "SendPayload",
+    "PROVIDER",
+    "CONTRACTS",
+    "send_contract",
+    "classify",
+    "FINAL_CODES",
+    "RETRYABLE_CODES",
+    # tags
+    "INTENT_TAG",
+    "TENANT_TAG",
+    "intent_tag",
+    "tenant_tag",
+    # events
+    "ingest_event",
+    "unwrap",
+    "IngestOutcome",
+    "IngestResult",
+    "SQSEventPoller",
+    # errors
+    "MissingConfigurationSet",
+    "ReservedTagName",
+]

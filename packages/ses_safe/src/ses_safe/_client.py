@@ -1,0 +1,196 @@
+"""boto3 plumbing: drop-in ``ses``/``sesv2`` clients whose sends go through the ledger, retries forced off."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal, overload
+
+import boto3
+from botocore.config import Config
+
+from safe_effects import (
+    DEFAULT_TENANT,
+    EffectRequest,
+    InvalidInput,
+    Ledger,
+    MissingIntentKey,
+    Receipt,
+    check_tenant,
+)
+
+from ._adapter import Insights, SendPayload, SesAdapter
+from ._contract import CONNECT_TIMEOUT, READ_TIMEOUT
+from ._tags import check_caller_tags
+
+if TYPE_CHECKING:
+    from mypy_boto3_ses import SESClient
+    from mypy_boto3_sesv2 import SESV2Client
+
+INTENT_KWARG = "IntentKey"
+
+
+class MissingConfigurationSet(InvalidInput):
+    """A send without a configuration set publishes no events, so an unknown could never be reconciled."""
+
+    code = "missing_configuration_set"
+
+
+def boundary_config(*, connect_timeout: float, read_timeout: float, base: Config | None = None) -> Config:
+    """One attempt and explicit timeouts; set in code so AWS_MAX_ATTEMPTS / ~/.aws/config cannot undo it."""
+    forced = Config(
+        retries={"total_max_attempts": 1, "mode": "standard"},
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
+    )
+    return base.merge(forced) if base is not None else forced
+
+
+def _digestible(value: Any) -> Any:
+    """Raw MIME bytes are not JSON: digest them by SHA-256 so the ledger can compare requests."""
+    if isinstance(value, bytes | bytearray):
+        return {"bytes_sha256": hashlib.sha256(value).hexdigest()}
+    if isinstance(value, Mapping):
+        return {key: _digestible(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_digestible(item) for item in value]
+    return value
+
+
+class _SafeClient:
+    """Shared wrapper: sends go through ``ledger.execute``; any other attribute is the plain boto3 client's."""
+
+    _service: str
+    _tags_field: str
+
+    def __init__(
+        self,
+        *,
+        raw: Any,
+        adapter: SesAdapter,
+        ledger: Ledger,
+        tenant: str,
+        configuration_set: str | None,
+    ) -> None:
+        self._raw = raw
+        self._adapter = adapter
+        self._ledger = ledger
+        self._tenant = check_tenant(tenant)
+        self._configuration_set = configuration_set
+
+    @property
+    def adapter(self) -> SesAdapter:
+        return self._adapter
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # never forward private names (copy/pickle probe them before __init__ ran)
+            raise AttributeError(name)
+        return getattr(self._raw, name)
+
+    def _send(self, method: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+        intent_key = kwargs.pop(INTENT_KWARG, None)
+        if intent_key is None:
+            raise MissingIntentKey(f"{self._service}.{method} needs {INTENT_KWARG}='object:id:action:v1'")
+        configuration_set = kwargs.get("ConfigurationSetName") or self._configuration_set
+        if not configuration_set:
+            raise MissingConfigurationSet(
+                f"{self._service}.{method}: pass ConfigurationSetName or configuration_set= to the client; "
+                "without event publishing an unknown send can never be reconciled"
+            )
+        check_caller_tags(kwargs.get(self._tags_field))
+        request = EffectRequest(
+            operation=f"{self._service}.{method}",
+            params=_digestible(kwargs),
+            payload=SendPayload(
+                method=method,
+                kwargs={**kwargs, "ConfigurationSetName": configuration_set},
+                tags_field=self._tags_field,
+                tenant=self._tenant,
+            ),
+            summary={"configuration_set": configuration_set},
+        )
+        receipt = self._ledger.execute(self._adapter, request, intent_key=intent_key, tenant=self._tenant)
+        return _response(receipt, self._tenant)
+
+
+def _response(receipt: Receipt, tenant: str) -> dict[str, Any]:
+    """The boto3 response, or one shaped like it when the ledger answered; ``SafeEffects`` says which."""
+    record = receipt.record
+    marker = {
+        "FromLedger": receipt.from_ledger or receipt.response is None,
+        "IntentKey": str(record.intent_key),
+        "Tenant": tenant,
+        "Status": record.status.value,
+    }
+    if isinstance(receipt.response, dict):
+        return {**receipt.response, "SafeEffects": marker}
+    metadata = {"RequestId": "", "HTTPStatusCode": 200, "HTTPHeaders": {}, "RetryAttempts": 0}
+    return {"MessageId": record.provider_result_id, "ResponseMetadata": metadata, "SafeEffects": marker}
+
+
+class SafeSESClient(_SafeClient):
+    """Drop-in for ``boto3.client("ses")``: ``send_email`` and ``send_raw_email`` need ``IntentKey=``."""
+
+    _service = "ses"
+    _tags_field = "Tags"
+
+    def send_email(self, **kwargs: Any) -> dict[str, Any]:
+        return self._send("send_email", kwargs)
+
+    def send_raw_email(self, **kwargs: Any) -> dict[str, Any]:
+        return self._send("send_raw_email", kwargs)
+
+
+class SafeSESv2Client(_SafeClient):
+    """Drop-in for ``boto3.client("sesv2")``: ``send_email`` needs ``IntentKey=``."""
+
+    _service = "sesv2"
+    _tags_field = "EmailTags"
+
+    def send_email(self, **kwargs: Any) -> dict[str, Any]:
+        return self._send("send_email", kwargs)
+
+
+@overload
+def client(service_name: Literal["ses"], *, ledger: Ledger, **options: Any) -> SafeSESClient: ...
+@overload
+def client(service_name: Literal["sesv2"], *, ledger: Ledger, **options: Any) -> SafeSESv2Client: ...
+def client(
+    service_name: Literal["ses", "sesv2"],
+    *,
+    ledger: Ledger,
+    tenant: str = DEFAULT_TENANT,
+    configuration_set: str | None = None,
+    connect_timeout: float = CONNECT_TIMEOUT,
+    read_timeout: float = READ_TIMEOUT,
+    config: Config | None = None,
+    session: boto3.session.Session | None = None,
+    **client_kwargs: Any,
+) -> SafeSESClient | SafeSESv2Client:
+    """Like ``boto3.client(service_name, ...)``; sends go through ``ledger`` with botocore retries off."""
+    session = session or boto3.session.Session()
+    forced = boundary_config(connect_timeout=connect_timeout, read_timeout=read_timeout, base=config)
+    if service_name == "ses":
+        ses_raw: SESClient = session.client("ses", config=config, **client_kwargs)
+        ses_boundary: SESClient = session.client("ses", config=forced, **client_kwargs)
+        adapter = SesAdapter(ses_boundary, insights=_v2_insights(session, config, client_kwargs))
+        return SafeSESClient(
+            raw=ses_raw, adapter=adapter, ledger=ledger, tenant=tenant, configuration_set=configuration_set
+        )
+    v2_raw: SESV2Client = session.client("sesv2", config=config, **client_kwargs)
+    v2_boundary: SESV2Client = session.client("sesv2", config=forced, **client_kwargs)
+    adapter = SesAdapter(v2_boundary, insights=lambda message_id: v2_raw.get_message_insights(MessageId=message_id))
+    return SafeSESv2Client(
+        raw=v2_raw, adapter=adapter, ledger=ledger, tenant=tenant, configuration_set=configuration_set
+    )
+
+
+def _v2_insights(session: boto3.session.Session, config: Config | None, client_kwargs: Mapping[str, Any]) -> Insights:
+    """Message insights live in sesv2 only: a v1 wrapper opens a v2 client on its first lookup."""
+
+    @functools.cache
+    def v2() -> SESV2Client:
+        return session.client("sesv2", config=config, **client_kwargs)
+
+    return lambda message_id: v2().get_message_insights(MessageId=message_id)

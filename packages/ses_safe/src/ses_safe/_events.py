@@ -1,0 +1,116 @@
+"""SES event notifications (SNS envelope, optionally inside an SQS body) turned into ledger evidence."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from safe_effects import Evidence, EvidenceVerdict, Ledger
+
+from ._contract import PROVIDER
+from ._tags import INTENT_TAG, TENANT_TAG, first_tag, tenant_tag
+
+SOURCE = "ses_event"
+VERDICTS = {
+    "Send": EvidenceVerdict.CONFIRMS,
+    "Delivery": EvidenceVerdict.CONFIRMS,
+    "Reject": EvidenceVerdict.REJECTS,
+    "Rendering Failure": EvidenceVerdict.REJECTS,
+}
+_MAX_PAYLOAD = 256 * 1024  # SNS and SQS cap a message at 256 KiB; anything larger is not an SES event
+
+
+class IngestOutcome(StrEnum):
+    RECORDED = "recorded"  # new evidence stored (and an unknown intent settled if it decides it)
+    DUPLICATE = "duplicate"  # this event was ingested before
+    MALFORMED = "malformed"  # not JSON, not an SES event, or missing mail.messageId
+    FOREIGN = "foreign"  # an SES event without our tags: another sender on the same configuration set
+    UNMATCHED = "unmatched"  # our tags, but no intent in this ledger (or another tenant's)
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    outcome: IngestOutcome
+    event_type: str | None = None
+    evidence: Evidence | None = None
+    reason: str | None = None
+
+
+class _Malformed(ValueError):
+    """Internal: the payload is not a well-formed SES event."""
+
+
+def _loads(payload: str | bytes | Mapping[str, Any]) -> Mapping[str, Any]:
+    if isinstance(payload, Mapping):
+        return payload
+    if len(payload) > _MAX_PAYLOAD:
+        raise _Malformed(f"payload of {len(payload)} bytes is larger than any SNS message")
+    try:
+        parsed = json.loads(payload)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise _Malformed(f"not JSON: {error}") from error
+    if not isinstance(parsed, Mapping):
+        raise _Malformed(f"JSON {type(parsed).__name__}, not an object")
+    return parsed
+
+
+def unwrap(payload: str | bytes | Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
+    """The SES event and a stable event id, from an SQS message, an SNS envelope or a bare event."""
+    outer = _loads(payload)
+    if isinstance(outer.get("Body"), str) and "ReceiptHandle" in outer:  # a boto3 SQS message
+        outer = _loads(outer["Body"])
+    if outer.get("Type") == "Notification" and isinstance(outer.get("Message"), str):
+        event = _loads(outer["Message"])
+        envelope_id = outer.get("MessageId")
+        event_id = envelope_id if isinstance(envelope_id, str) and envelope_id else _hash(outer["Message"])
+        return event, event_id
+    return outer, _hash(json.dumps(outer, sort_keys=True, default=str))
+
+
+def _hash(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def _event_type(event: Mapping[str, Any]) -> str:
+    kind = event.get("eventType", event.get("notificationType"))
+    if not isinstance(kind, str) or not kind:
+        raise _Malformed("no eventType")
+    return kind
+
+
+def ingest_event(ledger: Ledger, payload: str | bytes | Mapping[str, Any]) -> IngestResult:
+    """Record one SES event as evidence for the intent named by its tags; anything odd is skipped, never raised."""
+    try:
+        event, event_id = unwrap(payload)
+        kind = _event_type(event)
+        mail = event.get("mail")
+        if not isinstance(mail, Mapping) or not isinstance(mail.get("messageId"), str):
+            raise _Malformed("no mail.messageId")
+    except _Malformed as error:
+        return IngestResult(IngestOutcome.MALFORMED, reason=str(error))
+    tags = mail.get("tags")
+    intent, tenant = first_tag(tags, INTENT_TAG), first_tag(tags, TENANT_TAG)
+    if intent is None or tenant is None:
+        return IngestResult(IngestOutcome.FOREIGN, kind, reason="no safe-effects tags")
+    record = ledger.store.find_by_provider_key(PROVIDER, intent)
+    if record is None or tenant_tag(record.tenant) != tenant:
+        return IngestResult(IngestOutcome.UNMATCHED, kind, reason=f"no intent for tag {intent!r} / {tenant!r}")
+    evidence = Evidence(
+        tenant=record.tenant,
+        intent_key=record.intent_key,
+        provider=PROVIDER,
+        source=SOURCE,
+        event_id=event_id,
+        kind=kind,
+        verdict=VERDICTS.get(kind, EvidenceVerdict.INFORMATIONAL),
+        provider_result_id=mail["messageId"],
+        received_at=ledger.clock(),
+        detail={"mail_timestamp": str(mail.get("timestamp", ""))},
+    )
+    recorded = ledger.record_evidence(evidence)
+    outcome = IngestOutcome.RECORDED if recorded else IngestOutcome.DUPLICATE
+    return IngestResult(outcome, kind, evidence)

@@ -1,0 +1,71 @@
+"""A small SQS consumer for SES events: receive, ingest, delete, bounded per call."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from safe_effects import Ledger
+
+from ._events import IngestResult, ingest_event
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+log = logging.getLogger(__name__)
+ERROR = "error"  # the counter key for messages left on the queue because ingesting them raised
+
+
+class SQSEventPoller:
+    """Drain an SQS queue subscribed (through SNS) to an SES configuration set's event destination."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        sqs: SQSClient,
+        queue_url: str,
+        *,
+        batch_size: int = 10,
+        wait_seconds: int = 0,
+        visibility_timeout: int | None = None,
+    ) -> None:
+        self._ledger = ledger
+        self._sqs = sqs
+        self._queue_url = queue_url
+        self._batch_size = min(max(batch_size, 1), 10)  # SQS's own bounds
+        self._wait_seconds = wait_seconds
+        self._visibility_timeout = visibility_timeout
+        self.counts: Counter[str] = Counter()
+
+    def poll_once(self) -> list[IngestResult]:
+        """One receive call; each message is ingested and deleted, unless ingesting it raised (then redelivered)."""
+        options: dict[str, Any] = {
+            "QueueUrl": self._queue_url,
+            "MaxNumberOfMessages": self._batch_size,
+            "WaitTimeSeconds": self._wait_seconds,
+        }
+        if self._visibility_timeout is not None:
+            options["VisibilityTimeout"] = self._visibility_timeout
+        results: list[IngestResult] = []
+        for message in self._sqs.receive_message(**options).get("Messages", []):
+            try:
+                result = ingest_event(self._ledger, message.get("Body", ""))
+            except Exception:
+                log.exception("SES event %s not ingested; left on the queue", message.get("MessageId"))
+                self.counts[ERROR] += 1
+                continue
+            self.counts[result.outcome.value] += 1
+            results.append(result)
+            self._sqs.delete_message(QueueUrl=self._queue_url, ReceiptHandle=message["ReceiptHandle"])
+        return results
+
+    def drain(self, *, max_batches: int = 10) -> list[IngestResult]:
+        """Poll until a receive comes back empty or ``max_batches`` receives were made."""
+        results: list[IngestResult] = []
+        for _ in range(max_batches):
+            batch = self.poll_once()
+            results += batch
+            if not batch:
+                break
+        return results

@@ -1,0 +1,54 @@
+"""Builders for SES event notifications shaped like the ones SNS delivers, for tests that feed a queue."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from ses_safe import INTENT_TAG, TENANT_TAG
+
+
+def ses_event(
+    event_type: str,
+    *,
+    message_id: str,
+    tags: Mapping[str, str] | None = None,
+    configuration_set: str = "safe-effects",
+) -> dict[str, Any]:
+    """A minimal SES event-publishing record: ``eventType`` plus the ``mail`` object with its tags."""
+    all_tags = {"ses:configuration-set": [configuration_set], **{k: [v] for k, v in (tags or {}).items()}}
+    event: dict[str, Any] = {
+        "eventType": event_type,
+        "mail": {
+            "timestamp": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "source": "sender@example.com",
+            "messageId": message_id,
+            "destination": ["recipient@example.com"],
+            "tags": all_tags,
+        },
+    }
+    detail_key = {"Rendering Failure": "failure"}.get(event_type, event_type[:1].lower() + event_type[1:])
+    event[detail_key] = {"reason": "Bad content"} if event_type == "Reject" else {}
+    return event
+
+
+def intent_tags(provider_key: str, tenant_tag_value: str) -> dict[str, str]:
+    """The two tags ses_safe writes, for building an event that matches a ledger record."""
+    return {INTENT_TAG: provider_key, TENANT_TAG: tenant_tag_value}
+
+
+def sns_envelope(event: Mapping[str, Any], *, topic_arn: str = "arn:aws:sns:us-east-1:123456789012:ses") -> str:
+    """The SNS notification JSON an SQS subscription receives (raw delivery off) around an SES event."""
+    return json.dumps(
+        {
+            "Type": "Notification",
+            "MessageId": str(uuid.uuid4()),
+            "TopicArn": topic_arn,
+            "Message": json.dumps(event),
+            "Timestamp": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "SignatureVersion": "1",
+        }
+    )

@@ -1,0 +1,119 @@
+"""A fault-injecting HTTP proxy in front of a moto server: moto keeps the SES state, the proxy breaks the wire."""
+
+from __future__ import annotations
+
+import http.client
+import threading
+import uuid
+from collections import deque
+from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+from safe_effects.testing import Exchange, FakeHTTPServer, FakeRequest, FakeResponse, Fault
+
+V1_SEND_ACTIONS = frozenset({"SendEmail", "SendRawEmail"})
+V2_SEND_PATH = "/v2/email/outbound-emails"
+# hop-by-hop headers, plus the ones the proxy's own HTTP server writes (no duplicate Date/Server lines)
+_NOT_FORWARDED = frozenset(
+    {"connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection", "date", "server"}
+)
+
+
+def is_send(request: FakeRequest) -> bool:
+    """A v1 SendEmail/SendRawEmail (query protocol) or a v2 SendEmail (REST): the calls that commit an email."""
+    if request.method != "POST":
+        return False
+    if request.path == V2_SEND_PATH:
+        return True
+    action = parse_qs(request.body.decode("utf-8", "replace")).get("Action", [""])[0]
+    return action in V1_SEND_ACTIONS
+
+
+def _refusal(request: FakeRequest, code: str, status: int, message: str) -> FakeResponse:
+    """An error in the wire format of the protocol the request used (XML for v1, JSON for v2)."""
+    if request.path == V2_SEND_PATH:
+        return FakeResponse.json(status, {"message": message}, headers={"x-amzn-ErrorType": code})
+    body = (
+        '<ErrorResponse xmlns="http://ses.amazonaws.com/doc/2010-12-01/"><Error><Type>Sender</Type>'
+        f"<Code>{code}</Code><Message>{message}</Message></Error><RequestId>{uuid.uuid4()}</RequestId>"
+        "</ErrorResponse>"
+    )
+    return FakeResponse(status, body.encode(), {"Content-Type": "text/xml"})
+
+
+class MotoFaultProxy:
+    """Forwards every request to ``upstream`` (a moto server); a send moto accepted counts as committed."""
+
+    def __init__(self, upstream: str, *, timeout: float = 30.0) -> None:
+        parts = urlsplit(upstream)
+        self._host, self._port = parts.hostname or "127.0.0.1", parts.port or 80
+        self._timeout = timeout
+        self._lock = threading.Lock()
+        self._refusals: deque[tuple[str, int, str]] = deque()
+        self._arrived: list[FakeRequest] = []
+        self.server = FakeHTTPServer(self._handle)
+        self.server.on_received(self._arrive)
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def start(self) -> MotoFaultProxy:
+        self.server.start()
+        return self
+
+    def close(self) -> None:
+        self.server.close()
+
+    def __enter__(self) -> MotoFaultProxy:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def inject(self, fault: Fault) -> None:
+        """A transport fault from ``safe_effects.testing.Fault`` (drop, delay, status...)."""
+        self.server.inject(fault)
+
+    def refuse_sends(self, code: str, *, status: int = 400, message: str = "refused", times: int = 1) -> None:
+        """Answer the next ``times`` sends with SES error ``code`` without forwarding them (nothing is sent)."""
+        with self._lock:
+            self._refusals.extend([(code, status, message)] * times)
+
+    @property
+    def exchanges(self) -> list[Exchange]:
+        return self.server.exchanges
+
+    def sends(self) -> list[FakeRequest]:
+        """Every send that reached the proxy, counted on arrival (a delayed one is not finished yet)."""
+        with self._lock:
+            return list(self._arrived)
+
+    def _arrive(self, request: FakeRequest) -> None:
+        if is_send(request):
+            with self._lock:
+                self._arrived.append(request)
+
+    def _take_refusal(self, request: FakeRequest) -> tuple[str, int, str] | None:
+        with self._lock:
+            return self._refusals.popleft() if self._refusals and is_send(request) else None
+
+    def _handle(self, request: FakeRequest) -> FakeResponse:
+        refusal = self._take_refusal(request)
+        if refusal is not None:
+            return _refusal(request, *refusal)
+        status, body, headers = self._forward(request)
+        return FakeResponse(status, body, headers, committed=is_send(request) and 200 <= status < 300)
+
+    def _forward(self, request: FakeRequest) -> tuple[int, bytes, dict[str, str]]:
+        target = request.path + (f"?{urlencode(request.query, doseq=True)}" if request.query else "")
+        headers: dict[str, Any] = {k: v for k, v in request.headers.items() if k not in _NOT_FORWARDED}
+        connection = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+        try:
+            connection.request(request.method, target, body=request.body, headers=headers)
+            answer = connection.getresponse()
+            body = answer.read()
+            kept = {k: v for k, v in answer.getheaders() if k.lower() not in _NOT_FORWARDED}
+            return answer.status, body, kept
+        finally:
+            connection.close()

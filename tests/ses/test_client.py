@@ -1,0 +1,127 @@
+"""The drop-in clients: what they refuse before sending, what they put on the wire, what they answer."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import parse_qs
+
+import pytest
+
+import ses_safe
+from safe_effects import EffectStatus, IntentConflict, IntentNotFound, Ledger, LookupStatus, MissingIntentKey
+from ses_safe import INTENT_TAG, TENANT_TAG, MissingConfigurationSet, ReservedTagName
+from ses_safe.testing import MotoFaultProxy, moto_sent_messages
+
+KEY = "signup:u_1:welcome:v1"
+RAW = b"From: sender@example.com\r\nTo: customer@example.com\r\nSubject: Hi\r\n\r\nWelcome.\r\n"
+
+
+def test_a_send_without_intent_key_raises_before_anything_is_sent(
+    ses: Any, sesv2: Any, proxy: MotoFaultProxy, v1_email: dict[str, Any], v2_email: dict[str, Any]
+) -> None:
+    with pytest.raises(MissingIntentKey):
+        sesv2.send_email(**v2_email)
+    with pytest.raises(MissingIntentKey):
+        ses.send_email(**v1_email)
+    with pytest.raises(MissingIntentKey):
+        ses.send_raw_email(RawMessage={"Data": RAW})
+    assert proxy.exchanges == []
+
+
+def test_a_send_without_configuration_set_raises_before_anything_is_sent(
+    wrapped: Any, proxy: MotoFaultProxy, ledger: Ledger, v2_email: dict[str, Any]
+) -> None:
+    with pytest.raises(MissingConfigurationSet):
+        wrapped("sesv2", configuration_set=None).send_email(IntentKey=KEY, **v2_email)
+    assert proxy.exchanges == []
+
+
+def test_v2_send_puts_intent_tenant_and_configuration_set_on_the_wire(
+    wrapped: Any, proxy: MotoFaultProxy, moto: str, ledger: Ledger, v2_email: dict[str, Any]
+) -> None:
+    email = {**v2_email, "EmailTags": [{"Name": "campaign", "Value": "welcome"}]}
+    answer = wrapped("sesv2", tenant="acme.eu").send_email(IntentKey=KEY, **email)
+
+    body = json.loads(proxy.sends()[0].body)
+    assert body["ConfigurationSetName"] == "safe-effects"
+    assert body["EmailTags"] == [
+        {"Name": "campaign", "Value": "welcome"},
+        {"Name": INTENT_TAG, "Value": "signup-u_5f1-welcome-v1"},
+        {"Name": TENANT_TAG, "Value": "acme_2eeu"},
+    ]
+    [sent] = moto_sent_messages(moto)
+    assert answer["MessageId"] == sent["id"]
+    assert answer["SafeEffects"] == {"FromLedger": False, "IntentKey": KEY, "Tenant": "acme.eu", "Status": "confirmed"}
+    record = ledger.get(KEY, tenant="acme.eu")
+    assert record.provider_key == "signup-u_5f1-welcome-v1"
+    assert ledger.store.find_by_provider_key("ses", "signup-u_5f1-welcome-v1") == record
+
+
+def test_v1_send_email_tags_go_on_the_wire_and_the_callers_configuration_set_wins(
+    ses: Any, proxy: MotoFaultProxy, moto: str, v1_email: dict[str, Any]
+) -> None:
+    ses.send_email(IntentKey=KEY, ConfigurationSetName="transactional", **v1_email)
+    form = parse_qs(proxy.sends()[0].body.decode())
+    assert form["Action"] == ["SendEmail"]
+    assert form["ConfigurationSetName"] == ["transactional"]
+    assert form["Tags.member.1.Name"] == [INTENT_TAG]
+    assert form["Tags.member.2.Value"] == ["default"]
+    assert len(moto_sent_messages(moto)) == 1
+
+
+def test_v1_send_raw_email_goes_through_the_ledger_once(
+    ses: Any, proxy: MotoFaultProxy, moto: str, ledger: Ledger
+) -> None:
+    first = ses.send_raw_email(IntentKey=KEY, RawMessage={"Data": RAW})
+    again = ses.send_raw_email(IntentKey=KEY, RawMessage={"Data": RAW})
+    assert again["MessageId"] == first["MessageId"]
+    assert again["SafeEffects"]["FromLedger"] is True
+    assert len(moto_sent_messages(moto)) == 1
+    assert len(proxy.sends()) == 1
+    assert ledger.get(KEY).operation == "ses.send_raw_email"
+
+
+def test_same_key_other_message_is_a_conflict_and_is_not_sent(
+    sesv2: Any, proxy: MotoFaultProxy, moto: str, v2_email: dict[str, Any]
+) -> None:
+    sesv2.send_email(IntentKey=KEY, **v2_email)
+    other = {**v2_email, "Destination": {"ToAddresses": ["someone-else@example.com"]}}
+    with pytest.raises(IntentConflict):
+        sesv2.send_email(IntentKey=KEY, **other)
+    assert len(moto_sent_messages(moto)) == 1
+    assert len(proxy.sends()) == 1
+
+
+def test_a_caller_tag_named_like_ours_is_refused_before_sending(
+    sesv2: Any, proxy: MotoFaultProxy, ledger: Ledger, v2_email: dict[str, Any]
+) -> None:
+    email = {**v2_email, "EmailTags": [{"Name": INTENT_TAG, "Value": "forged"}]}
+    with pytest.raises(ReservedTagName):
+        sesv2.send_email(IntentKey=KEY, **email)
+    assert proxy.sends() == []
+    with pytest.raises(IntentNotFound):
+        ledger.get(KEY)
+
+
+def test_other_methods_pass_through_to_boto3(ses: Any, sesv2: Any, proxy: MotoFaultProxy) -> None:
+    assert "sender@example.com" in ses.list_identities()["Identities"]
+    assert sesv2.meta.service_model.service_name == "sesv2"
+    assert not hasattr(sesv2, "send_raw_email")
+
+
+def test_lookup_asks_message_insights_only_when_a_message_id_is_known(
+    sesv2: Any, ledger: Ledger, v2_email: dict[str, Any]
+) -> None:
+    sesv2.send_email(IntentKey=KEY, **v2_email)
+    with_id = ledger.get(KEY).model_copy(update={"status": EffectStatus.UNKNOWN})
+    without_id = with_id.model_copy(update={"provider_result_id": None})
+
+    assert sesv2.adapter.lookup(without_id).status is LookupStatus.INCONCLUSIVE
+    assert sesv2.adapter.lookup(with_id).status is LookupStatus.INCONCLUSIVE  # moto has no message insights
+    seen: list[str] = []
+    stub = ses_safe.SesAdapter(sesv2.adapter.client, insights=lambda mid: seen.append(mid) or {"Insights": []})
+    found = stub.lookup(with_id)
+    assert found.status is LookupStatus.FOUND
+    assert found.provider_result_id == with_id.provider_result_id
+    assert seen == [with_id.provider_result_id]

@@ -1,0 +1,111 @@
+"""SES event ingestion: SNS envelopes (inside SQS bodies) become evidence; anything odd is counted and skipped."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+import ses_safe
+from safe_effects import EffectStatus, EffectUnknown, EvidenceVerdict, IntentKey, Ledger
+from safe_effects.testing import Fault
+from ses_safe import IngestOutcome, ingest_event, intent_tag, tenant_tag
+from ses_safe.testing import MotoFaultProxy, intent_tags, moto_sent_messages, ses_event, sns_envelope
+
+KEY = "order:o_1:receipt:v1"
+
+
+@pytest.fixture
+def unknown_send(sesv2: Any, proxy: MotoFaultProxy, moto: str, v2_email: dict[str, Any]) -> tuple[str, dict[str, str]]:
+    """An SES send whose response was lost: (moto's MessageId, the tags that went out)."""
+    proxy.inject(Fault.drop_after_commit())
+    with pytest.raises(EffectUnknown):
+        sesv2.send_email(IntentKey=KEY, **v2_email)
+    [sent] = moto_sent_messages(moto)
+    return sent["id"], intent_tags(intent_tag(IntentKey.parse(KEY)), tenant_tag("default"))
+
+
+def test_tenant_tag_escapes_what_ses_tags_forbid_injectively() -> None:
+    assert tenant_tag("acme.eu") == "acme_2eeu"
+    assert tenant_tag("a_b") == "a_5fb"
+    assert tenant_tag("a.b") != tenant_tag("a_b")
+
+
+def test_malformed_and_foreign_events_are_counted_skipped_and_deleted(
+    ledger: Ledger, queue: tuple[Any, str], unknown_send: tuple[str, dict[str, str]]
+) -> None:
+    message_id, tags = unknown_send
+    sqs, queue_url = queue
+    bodies = [
+        "not json",
+        "[1, 2]",
+        json.dumps({"Type": "Notification", "MessageId": "n-1", "Message": "{broken"}),
+        sns_envelope({"eventType": "Send"}),  # no mail object
+        sns_envelope({"mail": {"messageId": "x"}}),  # no eventType
+        sns_envelope(ses_event("Send", message_id="m-foreign")),  # another sender on the configuration set
+        sns_envelope(ses_event("Send", message_id="m-other", tags=intent_tags("order-o_5f9-receipt-v1", "default"))),
+        sns_envelope(ses_event("Send", message_id=message_id, tags={**tags, "safe-effects-tenant": "other"})),
+        sns_envelope(ses_event("Open", message_id=message_id, tags=tags)),  # informational
+        sns_envelope(ses_event("Bounce", message_id=message_id, tags=tags)),  # informational
+    ]
+    for body in bodies:
+        sqs.send_message(QueueUrl=queue_url, MessageBody=body)
+    poller = ses_safe.SQSEventPoller(ledger, sqs, queue_url)
+    poller.drain()
+
+    assert poller.counts == {"malformed": 5, "foreign": 1, "unmatched": 2, "recorded": 2}
+    assert "Messages" not in sqs.receive_message(QueueUrl=queue_url)
+    record = ledger.get(KEY)
+    assert record.status is EffectStatus.UNKNOWN  # nothing above may confirm it
+    evidence = ledger.store.evidence_for("default", KEY)
+    assert {e.verdict for e in evidence} == {EvidenceVerdict.INFORMATIONAL}
+
+
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        pytest.param(sns_envelope, id="sns envelope"),
+        pytest.param(json.dumps, id="bare event"),
+        pytest.param(lambda event: {"MessageId": "q", "ReceiptHandle": "r", "Body": sns_envelope(event)}, id="sqs msg"),
+    ],
+)
+def test_delivery_event_confirms_in_every_wrapping(
+    ledger: Ledger, unknown_send: tuple[str, dict[str, str]], wrap: Any
+) -> None:
+    message_id, tags = unknown_send
+    result = ingest_event(ledger, wrap(ses_event("Delivery", message_id=message_id, tags=tags)))
+    assert result.outcome is IngestOutcome.RECORDED
+    record = ledger.get(KEY)
+    assert record.status is EffectStatus.CONFIRMED
+    assert record.provider_result_id == message_id
+
+
+def test_a_redelivered_notification_is_a_duplicate(ledger: Ledger, unknown_send: tuple[str, dict[str, str]]) -> None:
+    message_id, tags = unknown_send
+    body = sns_envelope(ses_event("Send", message_id=message_id, tags=tags))
+    assert ingest_event(ledger, body).outcome is IngestOutcome.RECORDED
+    assert ingest_event(ledger, body).outcome is IngestOutcome.DUPLICATE
+    assert len(ledger.store.evidence_for("default", KEY)) == 1
+
+
+def test_rendering_failure_rejects(ledger: Ledger, unknown_send: tuple[str, dict[str, str]]) -> None:
+    message_id, tags = unknown_send
+    result = ingest_event(ledger, sns_envelope(ses_event("Rendering Failure", message_id=message_id, tags=tags)))
+    assert result.evidence is not None
+    assert result.evidence.verdict is EvidenceVerdict.REJECTS
+    assert ledger.get(KEY).status is EffectStatus.REJECTED
+
+
+def test_a_message_whose_ingestion_raises_stays_on_the_queue(
+    ledger: Ledger, queue: tuple[Any, str], unknown_send: tuple[str, dict[str, str]]
+) -> None:
+    message_id, tags = unknown_send
+    sqs, queue_url = queue
+    sqs.send_message(QueueUrl=queue_url, MessageBody=sns_envelope(ses_event("Send", message_id=message_id, tags=tags)))
+    misconfigured = Ledger(ledger.store, tenants=["someone-else"])  # record_evidence raises UnknownTenant
+    poller = ses_safe.SQSEventPoller(misconfigured, sqs, queue_url, visibility_timeout=0)
+    assert poller.poll_once() == []
+    assert poller.counts == {"error": 1}
+    assert len(sqs.receive_message(QueueUrl=queue_url)["Messages"]) == 1
+    assert ledger.get(KEY).status is EffectStatus.UNKNOWN
