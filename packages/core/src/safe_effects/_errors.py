@@ -186,5 +186,5 @@ class MissingDependency(SafeEffectsError, ImportError):
 
     code = "missing_dependency"
 
-    def __init__(self, module: str, extra: str) -> None:
-        super().__init__(f"{module} is not installed: pip install 'safe-effects[{extra}]'")
+    def __init__(self, module: str, extra: str, *, distribution: str = "safe-effects") -> None:
+        super().__init__(f"{module} is not installed: pip install '{distribution}[{extra}]'")

@@ -230,7 +230,7 @@ class FakeHTTPServer:
             hook(request)
         fault = self._take_fault(request)
         if fault is not None and fault.kind is FaultKind.STATUS:
-            response = FakeResponse.json(fault.status, fault.body or {"error": "injected"}, headers=fault.headers)
+            response = _fault_response(fault)
             self._record(Exchange(request, fault.status, fault.kind, committed=False))
             return fault, response
         if fault is not None and fault.kind is FaultKind.DROP_BEFORE_COMMIT:
@@ -248,11 +248,18 @@ class FakeHTTPServer:
             return fault, None
         if fault.kind is FaultKind.STATUS_AFTER_COMMIT:
             self._record(Exchange(request, fault.status, fault.kind, response.committed))
-            return fault, FakeResponse.json(fault.status, fault.body or {"error": "injected"})
+            return fault, _fault_response(fault)
         if fault.kind is FaultKind.DELAY:
             self._closing.wait(fault.seconds)
         self._record(Exchange(request, response.status, fault.kind, response.committed))
         return fault, response
+
+
+def _fault_response(fault: Fault) -> FakeResponse:
+    """Bytes bodies go out as they are (XML errors, say); anything else as JSON."""
+    if isinstance(fault.body, bytes):
+        return FakeResponse(fault.status, fault.body, dict(fault.headers))
+    return FakeResponse.json(fault.status, fault.body or {"error": "injected"}, headers=fault.headers)
 
 
 def _make_handler_class(server: FakeHTTPServer) -> type[BaseHTTPRequestHandler]:

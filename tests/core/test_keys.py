@@ -1,0 +1,149 @@
+"""Intent keys: what is refused, and the tag-safe mapping that must never merge two keys."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import assume, example, given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from safe_effects import EffectRecord, IntentKey, InvalidIntentKey
+
+TAG = re.compile(r"[A-Za-z0-9_-]{1,256}")
+
+
+def decode_tag(tag: str) -> str:
+    """Invert the escaped form of ``to_tag_safe``: proof that the mapping loses nothing."""
+    out: list[str] = []
+    i = 0
+    while i < len(tag):
+        if tag[i] == "-":
+            out.append(":")
+            i += 1
+        elif tag.startswith("__", i):
+            out.append(chr(int(tag[i + 2 : i + 8], 16)))
+            i += 8
+        elif tag[i] == "_":
+            out.append(chr(int(tag[i + 1 : i + 3], 16)))
+            i += 3
+        else:
+            out.append(tag[i])
+            i += 1
+    return "".join(out)
+
+
+def test_build_and_parse_agree() -> None:
+    key = IntentKey.build("order", "o_1", "ship", "parcel_2", version="v3")
+    assert key == "order:o_1:ship:parcel_2:v3"
+    assert key.parts == ("order", "o_1", "ship", "parcel_2", "v3")
+    assert IntentKey.parse(str(key)) == key
+    assert IntentKey.parse(key) is key
+    assert IntentKey.build("invoice", "inv_42", "collect") == "invoice:inv_42:collect:v1"
+
+
+@pytest.mark.parametrize(
+    ("parts", "version", "message"),
+    [
+        (("", "1", "pay"), "v1", "object_type is empty"),
+        (("invoice", "", "pay"), "v1", "object_id is empty"),
+        (("invoice", "a:b", "pay"), "v1", "separator"),
+        (("invoice", "1", "pay", "q:x"), "v1", "separator"),
+        (("invoice", "1\x00", "pay"), "v1", "control or whitespace"),
+        (("invoice", "1\n", "pay"), "v1", "control or whitespace"),
+        (("invoice", "a b", "pay"), "v1", "control or whitespace"),
+        (("invoice", "1", "pay\u200b"), "v1", "control or whitespace"),
+        (("invoice", "x" * 250, "pay"), "v1", "the limit is 255"),
+        (("invoice", "1", "pay"), "1", "must look like 'v1'"),
+        (("invoice", "1", "pay"), "V1", "must look like 'v1'"),
+        (("invoice", "1", "pay"), "v", "must look like 'v1'"),
+        (("invoice", "1", "pay"), "v1a", "must look like 'v1'"),
+        (("invoice", "1", "pay"), "v1\n", "version"),
+        (("invoice", "1", "pay"), "", "version"),
+    ],
+)
+def test_build_refuses_malformed_parts(parts: tuple[str, ...], version: str, message: str) -> None:
+    with pytest.raises(InvalidIntentKey, match=re.escape(message)):
+        IntentKey.build(*parts, version=version)
+
+
+def test_build_refuses_non_str_parts() -> None:
+    with pytest.raises(InvalidIntentKey, match="must be a str, got int"):
+        IntentKey.build("invoice", 42, "pay")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["", "a:b:v1", "a:b:c:1", "a::c:v1", "a:b:c:v1:", "a:b c:d:v1", "a:b:c\t:v1", "x" * 252 + ":b:c:v1", 42, None],
+)
+def test_parse_refuses_malformed_keys(value: object) -> None:
+    with pytest.raises(InvalidIntentKey):
+        IntentKey.parse(value)
+
+
+def test_parse_accepts_the_longest_key() -> None:
+    longest = "x" * 248 + ":b:c:v1"
+    assert len(longest) == 255
+    assert IntentKey.parse(longest) == longest
+
+
+def test_records_validate_their_keys() -> None:
+    with pytest.raises(ValidationError, match="needs at least 4 parts"):
+        EffectRecord.model_validate(
+            {
+                "tenant": "default",
+                "intent_key": "not-a-key",
+                "provider": "p",
+                "operation": "o",
+                "request_digest": "d",
+                "status": "prepared",
+                "created_at": "2024-01-01T00:00:00Z",
+                "updated_at": "2024-01-01T00:00:00Z",
+            }
+        )
+
+
+def test_tag_safe_examples() -> None:
+    assert IntentKey.parse("invoice:inv_42:collect:v1").to_tag_safe() == "invoice-inv_5f42-collect-v1"
+    assert IntentKey.parse("a:b-c:d:v1").to_tag_safe() == "a-b_2dc-d-v1"
+    assert IntentKey.parse("a:é:€:v1").to_tag_safe() == "a-_e9-__0020ac-v1"
+    long_key = IntentKey.parse("€" * 40 + ":b:c:v1")
+    assert long_key.to_tag_safe().startswith("_h")
+    assert len(long_key.to_tag_safe()) == 66
+
+
+# any printable, non-space character but the separator; a few lookalikes of the escape syntax made common
+PART_CHAR = st.one_of(
+    st.sampled_from("aZ09_-h.é€𝄞"),
+    st.characters(codec="utf-8").filter(lambda c: c.isprintable() and not c.isspace() and c != ":"),
+)
+PART = st.text(PART_CHAR, min_size=1, max_size=40)
+
+
+@st.composite
+def intent_keys(draw: st.DrawFn) -> IntentKey:
+    parts = draw(st.lists(PART, min_size=3, max_size=6))
+    version = f"v{draw(st.integers(0, 10**6))}"
+    key = ":".join([*parts, version])
+    assume(len(key) <= 255)
+    return IntentKey.build(*parts, version=version)
+
+
+@given(intent_keys())
+def test_tag_safe_is_in_the_tag_charset_and_decodes_back(key: IntentKey) -> None:
+    tag = key.to_tag_safe()
+    assert TAG.fullmatch(tag)
+    if tag.startswith("_h"):
+        assert re.fullmatch(r"_h[0-9a-f]{64}", tag)
+    else:
+        assert decode_tag(tag) == key
+
+
+@given(intent_keys(), intent_keys())
+@example(IntentKey.parse("a:b_2dc:d:v1"), IntentKey.parse("a:b-c:d:v1"))
+@example(IntentKey.parse("a:b-c:d:v1"), IntentKey.parse("a:b:c:d:v1"))
+@example(IntentKey.parse("a:_e9:c:v1"), IntentKey.parse("a:é:c:v1"))
+def test_no_two_keys_share_a_tag(first: IntentKey, second: IntentKey) -> None:
+    assume(first != second)
+    assert first.to_tag_safe() != second.to_tag_safe()

@@ -1,0 +1,608 @@
+"""One contract suite for every Store: each test runs on SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import queue as queue_module
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from safe_effects import (
+    EffectRecord,
+    EffectStatus,
+    Evidence,
+    EvidenceVerdict,
+    IllegalTransition,
+    IntentKey,
+    InvalidInput,
+    InvalidTenant,
+    MissingDependency,
+    PostgresStore,
+    Resolution,
+    SQLiteStore,
+    StaleRecord,
+    Store,
+    open_store,
+)
+
+S = EffectStatus
+T0 = datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
+KEY = "invoice:inv_1:collect:v1"
+DIGEST = "sha256:" + "0" * 64
+TIMEOUT = 60
+
+
+def make(
+    key: str = KEY, *, tenant: str = "default", status: S = S.PREPARED, at: datetime = T0, **fields: Any
+) -> EffectRecord:
+    fields = {"provider": "fake", "operation": "charge", "request_digest": DIGEST, **fields}
+    return EffectRecord(
+        tenant=tenant, intent_key=IntentKey.parse(key), status=status, created_at=at, updated_at=at, **fields
+    )
+
+
+def snapshot(store: Store, record: EffectRecord) -> tuple[Any, ...]:
+    """Everything a failed write must leave untouched."""
+    return (
+        store.get(record.tenant, record.intent_key),
+        store.audit_trail(record.tenant, record.intent_key),
+        store.status_counts(),
+    )
+
+
+# --- child processes (spawn: module-level functions, results through a queue) ---
+
+
+def _child(queue: Any, barrier: Any, job: Callable[[], Any]) -> None:
+    try:
+        barrier.wait(timeout=TIMEOUT)
+        queue.put(("ok", job()))
+    except StaleRecord as error:
+        queue.put(("stale", str(error)))
+    except Exception as error:  # reported to the parent, which fails the test with it
+        queue.put(("error", repr(error)))
+
+
+def migrate_worker(queue: Any, barrier: Any, url: str) -> None:
+    store = open_store(url)
+    _child(queue, barrier, store.migrate)
+    store.close()
+
+
+def insert_worker(queue: Any, barrier: Any, url: str, owner: str) -> None:
+    store = open_store(url)
+
+    def job() -> tuple[bool, str]:
+        record, created = store.insert_if_absent(make(lease_owner=owner), actor=owner)
+        return created, record.model_dump_json()
+
+    _child(queue, barrier, job)
+    store.close()
+
+
+def transition_worker(queue: Any, barrier: Any, url: str, owner: str) -> None:
+    store = open_store(url)
+    record = store.get("default", KEY)
+    assert record is not None
+
+    def job() -> str:
+        moved = store.transition(
+            record, S.IN_FLIGHT, now=T0 + timedelta(seconds=1), actor=owner, changes={"lease_owner": owner}
+        )
+        return str(moved.lease_owner)
+
+    _child(queue, barrier, job)
+    store.close()
+
+
+Runner = Callable[..., list[tuple[str, Any]]]
+
+
+@pytest.fixture
+def run_together(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Runner:
+    """Start one spawned process per args tuple, release them at once through a barrier, collect results."""
+    # spawned children unpickle workers by module name (tests.core...), importable from the rootdir
+    monkeypatch.syspath_prepend(str(request.config.rootpath))
+
+    def run(target: Callable[..., None], *args_per_process: tuple[Any, ...]) -> list[tuple[str, Any]]:
+        ctx = multiprocessing.get_context("spawn")
+        queue = ctx.Queue()
+        barrier = ctx.Barrier(len(args_per_process))
+        processes = [ctx.Process(target=target, args=(queue, barrier, *args)) for args in args_per_process]
+        for process in processes:
+            process.start()
+        results: list[tuple[str, Any]] = []
+        deadline = time.monotonic() + TIMEOUT
+        try:
+            while len(results) < len(processes) and time.monotonic() < deadline:
+                with contextlib.suppress(queue_module.Empty):
+                    results.append(queue.get(timeout=0.1))
+                if len(results) < len(processes) and any(p.exitcode not in (None, 0) for p in processes):
+                    break  # a child died before reporting
+        finally:
+            for process in processes:
+                process.join(timeout=TIMEOUT)
+                if process.is_alive():
+                    process.kill()
+        assert [p.exitcode for p in processes] == [0] * len(processes)
+        assert [r for r in results if r[0] == "error"] == []
+        assert len(results) == len(processes)
+        return results
+
+    return run
+
+
+# --- records ---
+
+
+def test_insert_get_roundtrip_keeps_every_field(store: Store) -> None:
+    plus_two = timezone(timedelta(hours=2))
+    record = make(
+        status=S.CONFIRMED,
+        version=4,
+        workflow_id="wf_1",
+        step_id="collect",
+        provider_key="default:invoice:inv_1:collect:v1",
+        attempt_count=3,
+        lease_owner="worker-1",
+        lease_expires_at=datetime(2024, 5, 1, 14, 0, 30, 5, tzinfo=plus_two),
+        provider_result_id="pi_123",
+        response_digest="sha256:" + "1" * 64,
+        last_error_class="Timeout",
+        last_error_code="timeout",
+        summary={"amount": "2000", "currency": "eur", "note": "naïve ✓"},
+        first_dispatched_at=T0 + timedelta(seconds=1),
+        dispatched_at=T0 + timedelta(seconds=2),
+        resolved_at=T0 + timedelta(seconds=3),
+        resolution=Resolution(method="operator", operator="alice", evidence="T-1", reason="seen", approved_by="bob"),
+        compensates="invoice:inv_0:collect:v1",
+        compensated_by="invoice:inv_1:refund:v1",
+    )
+    stored, created = store.insert_if_absent(record, actor="test", reason="seed")
+    assert created
+    got = store.get("default", KEY)
+    assert got == stored == record
+    for value in (got.created_at, got.updated_at, got.lease_expires_at, got.resolved_at):
+        assert value is not None
+        assert value.tzinfo is not None
+        assert value.utcoffset() == timedelta(0)
+    assert got.lease_expires_at == datetime(2024, 5, 1, 12, 0, 30, 5, tzinfo=UTC)
+    [audit] = store.audit_trail("default", KEY)
+    assert (audit.from_status, audit.to_status, audit.version, audit.actor, audit.reason) == (
+        None,
+        S.CONFIRMED,
+        4,
+        "test",
+        "seed",
+    )
+    assert store.get("default", "invoice:inv_2:collect:v1") is None
+    assert store.get("other", KEY) is None
+
+
+def test_insert_if_absent_twice_returns_the_existing_row_unchanged(store: Store) -> None:
+    first, created = store.insert_if_absent(make(), actor="a")
+    again, created_again = store.insert_if_absent(make(request_digest="sha256:" + "f" * 64, lease_owner="b"), actor="b")
+    assert (created, created_again) == (True, False)
+    assert again == first == store.get("default", KEY)
+    assert len(store.audit_trail("default", KEY)) == 1
+
+
+def test_naive_datetimes_are_refused(store: Store) -> None:
+    with pytest.raises(InvalidInput, match="timezone-aware"):
+        store.insert_if_absent(make(at=datetime(2024, 1, 1)), actor="t")
+    assert store.status_counts() == []
+
+
+# --- transitions ---
+
+
+def test_transition_bumps_version_and_appends_one_audit_row(store: Store) -> None:
+    record, _ = store.insert_if_absent(make(), actor="t")
+    later = T0 + timedelta(minutes=1)
+    moved = store.transition(
+        record,
+        S.IN_FLIGHT,
+        now=later,
+        actor="worker-1",
+        reason="claim",
+        changes={"lease_owner": "worker-1", "lease_expires_at": later + timedelta(seconds=30), "attempt_count": 1},
+        detail={"attempt": 1},
+    )
+    assert (moved.status, moved.version, moved.updated_at, moved.lease_owner) == (S.IN_FLIGHT, 2, later, "worker-1")
+    assert moved.created_at == T0
+    assert store.get("default", KEY) == moved
+    trail = store.audit_trail("default", KEY)
+    assert len(trail) == 2
+    assert trail[1].model_dump() == {
+        "tenant": "default",
+        "intent_key": KEY,
+        "at": later,
+        "from_status": S.PREPARED,
+        "to_status": S.IN_FLIGHT,
+        "version": 2,
+        "actor": "worker-1",
+        "reason": "claim",
+        "detail": {"attempt": 1},
+    }
+
+
+def test_stale_version_raises_and_changes_nothing(store: Store) -> None:
+    record, _ = store.insert_if_absent(make(), actor="t")
+    moved = store.transition(record, S.IN_FLIGHT, now=T0, actor="w1")
+    before = snapshot(store, record)
+    with pytest.raises(StaleRecord) as caught:
+        store.transition(record, S.IN_FLIGHT, now=T0, actor="w2", changes={"lease_owner": "w2"})
+    message = str(caught.value)
+    assert "default" in message
+    assert KEY in message
+    assert "prepared v1" in message
+    assert "in_flight v2" in message
+    assert snapshot(store, record) == before
+    assert store.get("default", KEY) == moved
+
+
+def test_transition_of_a_missing_record_is_stale(store: Store) -> None:
+    with pytest.raises(StaleRecord, match="no record"):
+        store.transition(make(), S.IN_FLIGHT, now=T0, actor="w")
+    assert store.audit_trail("default", KEY) == []
+
+
+def test_illegal_transition_raises_before_any_write(store: Store) -> None:
+    record, _ = store.insert_if_absent(make(), actor="t")
+    before = snapshot(store, record)
+    with pytest.raises(IllegalTransition):
+        store.transition(record, S.CONFIRMED, now=T0, actor="w")
+    assert snapshot(store, record) == before
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"status = 'confirmed', version": 1},
+        {"no_such_field": 1},
+        {"version": 9},
+        {"tenant": "other"},
+        {"intent_key": "invoice:inv_9:collect:v1"},
+        {"attempt_count": "many"},
+    ],
+    ids=["injection", "unknown", "version", "tenant", "intent_key", "bad-value"],
+)
+def test_invalid_changes_are_refused(store: Store, changes: dict[str, Any]) -> None:
+    record, _ = store.insert_if_absent(make(), actor="t")
+    before = snapshot(store, record)
+    with pytest.raises(InvalidInput):
+        store.transition(record, S.IN_FLIGHT, now=T0, actor="w", changes=changes)
+    assert snapshot(store, record) == before
+
+
+def test_before_commit_failure_rolls_back(store: Store) -> None:
+    record, _ = store.insert_if_absent(make(), actor="t")
+    before = snapshot(store, record)
+    seen: list[EffectRecord | None] = []
+
+    def crash() -> None:
+        with ThreadPoolExecutor(1) as pool:  # another thread, so another connection: sees only commits
+            seen.append(pool.submit(store.get, "default", KEY).result(timeout=TIMEOUT))
+        raise RuntimeError("crash point")
+
+    with pytest.raises(RuntimeError, match="crash point"):
+        store.transition(record, S.IN_FLIGHT, now=T0, actor="w", before_commit=crash)
+    assert seen == [record]
+    assert snapshot(store, record) == before
+    calls: list[int] = []
+    store.transition(record, S.IN_FLIGHT, now=T0, actor="w", before_commit=lambda: calls.append(1))
+    assert calls == [1]
+    assert store.get("default", KEY).status is S.IN_FLIGHT
+
+
+# --- queries ---
+
+
+def seed_listing(store: Store) -> None:
+    minute = timedelta(minutes=1)
+    plus_five = timezone(timedelta(hours=5))
+    rows = [
+        make("a:1:x:v1", status=S.UNKNOWN, at=T0 + 3 * minute),
+        make("a:2:x:v1", status=S.UNKNOWN, at=(T0 + minute).astimezone(plus_five), provider="other"),
+        make("a:3:x:v1", status=S.UNKNOWN, at=T0 + 2 * minute, tenant="acme"),
+        make("a:4:x:v1", status=S.IN_FLIGHT, at=T0 + 4 * minute),
+        make("a:5:x:v1", status=S.CONFIRMED, at=T0),
+    ]
+    for row in rows:
+        store.insert_if_absent(row, actor="seed")
+
+
+def keys(records: list[EffectRecord]) -> list[str]:
+    return [r.intent_key for r in records]
+
+
+def test_list_by_status_oldest_first_with_filters_and_limit(store: Store) -> None:
+    seed_listing(store)
+    assert keys(store.list_by_status([S.UNKNOWN])) == ["a:2:x:v1", "a:3:x:v1", "a:1:x:v1"]
+    assert keys(store.list_by_status([S.UNKNOWN, S.IN_FLIGHT], limit=10)) == [
+        "a:2:x:v1",
+        "a:3:x:v1",
+        "a:1:x:v1",
+        "a:4:x:v1",
+    ]
+    assert keys(store.list_by_status([S.UNKNOWN], limit=2)) == ["a:2:x:v1", "a:3:x:v1"]
+    assert keys(store.list_by_status([S.UNKNOWN], tenant="acme")) == ["a:3:x:v1"]
+    assert keys(store.list_by_status([S.UNKNOWN], provider="other")) == ["a:2:x:v1"]
+    cutoff = T0 + timedelta(minutes=2)
+    assert keys(store.list_by_status([S.UNKNOWN], updated_before=cutoff)) == ["a:2:x:v1"]
+    assert store.list_by_status([]) == []
+    assert store.list_by_status([S.REJECTED]) == []
+
+
+def test_find_by_provider_key(store: Store) -> None:
+    store.insert_if_absent(make(provider_key="pk_1"), actor="t")
+    store.insert_if_absent(make("a:2:x:v1", provider_key="pk_2", provider="other"), actor="t")
+    assert store.find_by_provider_key("fake", "pk_1").intent_key == KEY
+    assert store.find_by_provider_key("other", "pk_2").intent_key == "a:2:x:v1"
+    assert store.find_by_provider_key("other", "pk_1") is None
+    assert store.find_by_provider_key("fake", "nope") is None
+
+
+def test_evidence_is_stored_once_per_event(store: Store) -> None:
+    evidence = Evidence(
+        tenant="default",
+        intent_key=KEY,
+        provider="fake",
+        source="webhook",
+        event_id="evt_1",
+        kind="delivered",
+        verdict=EvidenceVerdict.CONFIRMS,
+        provider_result_id="msg_1",
+        received_at=T0,
+        detail={"raw": {"status": 200}},
+    )
+    assert store.add_evidence(evidence)
+    assert not store.add_evidence(evidence.model_copy(update={"kind": "changed"}))
+    later = evidence.model_copy(update={"event_id": "evt_2", "received_at": T0 + timedelta(seconds=1)})
+    assert store.add_evidence(later)
+    other_source = evidence.model_copy(update={"source": "events"})
+    assert store.add_evidence(other_source)  # the same event id from another source is another event
+    assert store.evidence_for("default", KEY) == [evidence, other_source, later]
+    assert store.evidence_for("other", KEY) == []
+
+
+def test_status_counts_and_oldest_updated(store: Store) -> None:
+    seed_listing(store)
+    assert store.status_counts() == [
+        ("acme", "fake", S.UNKNOWN, 1),
+        ("default", "fake", S.CONFIRMED, 1),
+        ("default", "fake", S.IN_FLIGHT, 1),
+        ("default", "fake", S.UNKNOWN, 1),
+        ("default", "other", S.UNKNOWN, 1),
+    ]
+    oldest = store.oldest_updated(S.UNKNOWN)
+    assert oldest == {"fake": T0 + timedelta(minutes=2), "other": T0 + timedelta(minutes=1)}
+    assert all(value.utcoffset() == timedelta(0) for value in oldest.values())
+    assert store.oldest_updated(S.REJECTED) == {}
+
+
+def test_purge_deletes_only_given_statuses_older_than_the_cutoff(store: Store) -> None:
+    for i, status in enumerate([S.CONFIRMED, S.CONFIRMED, S.REJECTED, S.UNKNOWN, S.CONFIRMED]):
+        store.insert_if_absent(make(f"p:{i}:x:v1", status=status, at=T0 + timedelta(days=i)), actor="t")
+    cutoff = T0 + timedelta(days=3, hours=12)
+    assert store.purge(statuses=[S.CONFIRMED, S.REJECTED], updated_before=cutoff, limit=1) == 1
+    assert store.get("default", "p:0:x:v1") is None
+    assert store.purge(statuses=[S.CONFIRMED, S.REJECTED], updated_before=cutoff) == 2
+    left = {r.intent_key for r in store.list_by_status(list(S))}
+    assert left == {"p:3:x:v1", "p:4:x:v1"}  # unknown is not purged; the newer confirmed one stays
+    assert store.purge(statuses=[], updated_before=cutoff) == 0
+    assert len(store.audit_trail("default", "p:0:x:v1")) == 1  # the audit trail is append-only
+
+
+# --- migrations and concurrency ---
+
+
+def test_migrate_twice_is_a_no_op(store: Store) -> None:
+    store.insert_if_absent(make(), actor="t")
+    store.migrate()
+    store.migrate()
+    assert store.get("default", KEY) == make()
+
+
+def test_migrate_from_two_processes_at_once(fresh_store_url: Callable[[], str], run_together: Runner) -> None:
+    url = fresh_store_url()
+    assert run_together(migrate_worker, (url,), (url,)) == [("ok", None), ("ok", None)]
+    store = open_store(url)
+    try:
+        store.insert_if_absent(make(), actor="t")
+        assert store.get("default", KEY) == make()
+    finally:
+        store.close()
+
+
+def test_two_processes_inserting_the_same_key(store_url: str, run_together: Runner) -> None:
+    results = run_together(insert_worker, (store_url, "w1"), (store_url, "w2"))
+    assert sorted(created for _, (created, _) in results) == [False, True]
+    rows = {row for _, (_, row) in results}
+    assert len(rows) == 1
+    store = open_store(store_url)
+    try:
+        assert store.get("default", KEY) == EffectRecord.model_validate_json(rows.pop())
+    finally:
+        store.close()
+
+
+def test_two_processes_racing_the_same_transition(store_url: str, run_together: Runner) -> None:
+    store = open_store(store_url)
+    try:
+        store.insert_if_absent(make(), actor="t")
+        results = run_together(transition_worker, (store_url, "w1"), (store_url, "w2"))
+        assert sorted(kind for kind, _ in results) == ["ok", "stale"]
+        [winner] = [value for kind, value in results if kind == "ok"]
+        record = store.get("default", KEY)
+        assert (record.status, record.version, record.lease_owner) == (S.IN_FLIGHT, 2, winner)
+        assert len(store.audit_trail("default", KEY)) == 2
+    finally:
+        store.close()
+
+
+# --- the caller's own transaction ---
+
+
+def callers_connection(store: Store, backend: str, request: pytest.FixtureRequest) -> Any:
+    if backend == "sqlite":
+        assert isinstance(store, SQLiteStore)
+        return sqlite3.connect(store.path)
+    import psycopg
+
+    return psycopg.connect(request.getfixturevalue("pg_url"))
+
+
+def test_prepared_in_a_rolled_back_caller_transaction_leaves_nothing(
+    store: Store, backend: str, request: pytest.FixtureRequest
+) -> None:
+    conn = callers_connection(store, backend, request)
+    try:
+        record, created = store.insert_if_absent(make(), actor="t", connection=conn)
+        assert created
+        assert record == make()
+        assert store.get("default", KEY) is None  # not committed: invisible to the store's own connections
+        conn.rollback()
+        assert store.get("default", KEY) is None
+        assert store.audit_trail("default", KEY) == []
+        store.insert_if_absent(make(), actor="t", connection=conn)
+        conn.commit()
+        assert store.get("default", KEY) == make()
+        assert len(store.audit_trail("default", KEY)) == 1
+    finally:
+        conn.close()
+
+
+def test_sqlite_caller_connections(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "ledger.db")
+    store.migrate()
+    elsewhere = sqlite3.connect(tmp_path / "elsewhere.db")
+    autocommit = sqlite3.connect(tmp_path / "ledger.db", isolation_level=None)
+    try:
+        with pytest.raises(InvalidInput, match="elsewhere"):
+            store.insert_if_absent(make(), actor="t", connection=elsewhere)
+        with pytest.raises(InvalidInput, match=r"sqlite3\.Connection"):
+            store.insert_if_absent(make(), actor="t", connection=object())
+        # without a transaction of its own, the caller gets one opened for it, still theirs to end
+        store.insert_if_absent(make(), actor="t", connection=autocommit)
+        assert autocommit.in_transaction
+        autocommit.rollback()
+        assert store.get("default", KEY) is None
+    finally:
+        elsewhere.close()
+        autocommit.close()
+        store.close()
+
+
+# --- hostile input ---
+
+
+@pytest.mark.parametrize(
+    "tenant",
+    ["x'; DROP TABLE effect_intents; --", 'x"); DELETE FROM effect_audit; --', "", "a" * 65, "t\x00", "t t", "ténant"],
+)
+def test_malicious_tenants_are_refused_before_any_sql(store: Store, tenant: str) -> None:
+    store.insert_if_absent(make(), actor="t")
+    before = snapshot(store, make())
+    bad = make(tenant=tenant)
+    calls: list[Callable[[], object]] = [
+        lambda: store.insert_if_absent(bad, actor="t"),
+        lambda: store.get(tenant, KEY),
+        lambda: store.transition(bad, S.IN_FLIGHT, now=T0, actor="t"),
+        lambda: store.audit_trail(tenant, KEY),
+        lambda: store.evidence_for(tenant, KEY),
+        lambda: store.list_by_status([S.PREPARED], tenant=tenant),
+        lambda: store.add_evidence(
+            Evidence(
+                tenant=tenant,
+                intent_key=KEY,
+                provider="fake",
+                source="s",
+                event_id="e",
+                kind="k",
+                verdict=EvidenceVerdict.INFORMATIONAL,
+                received_at=T0,
+            )
+        ),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidTenant):
+            call()
+    assert snapshot(store, make()) == before
+    assert store.evidence_for("default", KEY) == []
+
+
+# --- the (status, updated_at) index ---
+
+
+def test_list_by_status_uses_the_status_index(store: Store, request: pytest.FixtureRequest) -> None:
+    seed_listing(store)
+    statuses = [S.UNKNOWN, S.IN_FLIGHT]
+    if isinstance(store, SQLiteStore):
+        query, params = store._list_query(statuses, tenant=None, provider=None, updated_before=T0, limit=10)
+        with sqlite3.connect(store.path) as conn:
+            plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {query}", params)]
+        conn.close()
+        assert any("USING INDEX effect_intents_status_updated" in step for step in plan), plan
+        assert not any(step.startswith("SCAN effect_intents") for step in plan), plan
+        return
+    assert isinstance(store, PostgresStore)
+    import psycopg
+
+    query, params = store._list_query(statuses, tenant=None, provider=None, updated_before=T0, limit=10)
+    with psycopg.connect(request.getfixturevalue("pg_url")) as conn:
+        index = conn.execute(
+            "SELECT indexdef FROM pg_indexes WHERE schemaname = %s AND indexname = %s",
+            (store.schema, "effect_intents_status_updated"),
+        ).fetchone()
+        assert index is not None
+        assert "(status, updated_at)" in index[0]
+        conn.execute("SET enable_seqscan = off")  # a 5-row table is cheaper to scan: ask what it would use
+        plan = "\n".join(row[0] for row in conn.execute(b"EXPLAIN " + query, params))
+    assert "effect_intents_status_updated" in plan, plan
+
+
+# --- store URLs ---
+
+
+def test_open_store_rejects_unknown_schemes() -> None:
+    with pytest.raises(InvalidInput, match="'mysql'"):
+        open_store("mysql://user:secret@host/db")
+    with pytest.raises(InvalidInput):
+        open_store("sqlite://relative.db")
+
+
+def test_open_store_parses_paths_and_schema(tmp_path: Path) -> None:
+    relative = open_store("sqlite:///rel/ledger.db")
+    absolute = open_store(f"sqlite:///{tmp_path}/ledger.db")
+    assert isinstance(relative, SQLiteStore)
+    assert str(relative.path) == "rel/ledger.db"
+    assert isinstance(absolute, SQLiteStore)
+    assert absolute.path == tmp_path / "ledger.db"
+
+
+def test_open_store_strips_the_schema_parameter(store: Store) -> None:
+    if isinstance(store, PostgresStore):
+        assert store.schema.startswith("se_test_")  # and it connected, so libpq never saw ?schema=
+
+
+def test_postgres_store_without_psycopg_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    for module in ("psycopg", "psycopg_pool"):
+        monkeypatch.setitem(sys.modules, module, None)  # makes `import psycopg` raise ImportError
+    with pytest.raises(MissingDependency, match=r"safe-effects\[postgres\]"):
+        PostgresStore("postgresql://nowhere/db")
+
+
+def test_importing_safe_effects_does_not_import_psycopg() -> None:
+    code = "import sys, safe_effects; sys.exit('psycopg' in sys.modules or 'psycopg_pool' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False, timeout=TIMEOUT).returncode == 0
