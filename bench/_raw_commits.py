@@ -14,7 +14,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-_COLUMNS = "tenant_id, intent_key, provider, operation, request_digest, status, version, attempt_count, summary, created_at, updated_at"
+_COLUMNS = (
+    "tenant_id, intent_key, provider, operation, request_digest, status, version, attempt_count, summary, "
+    "created_at, updated_at"
+)
 _NOW = "2026-01-01T00:00:00.000000Z"
 
 
@@ -27,7 +30,8 @@ def _sqlite_pair(path: str) -> Iterator[Callable[[str], None]]:
     def one(key: str) -> None:
         conn.execute("BEGIN IMMEDIATE")
         conn.execute(
-            f"INSERT INTO effect_intents ({_COLUMNS}) VALUES ('bench-raw', ?, 'raw', 'op', 'd', 'in_flight', 1, 1, '{{}}', ?, ?)",
+            f"INSERT INTO effect_intents ({_COLUMNS}) "
+            "VALUES ('bench-raw', ?, 'raw', 'op', 'd', 'in_flight', 1, 1, '{}', ?, ?)",
             (key, _NOW, _NOW),
         )
         conn.execute("COMMIT")
@@ -55,7 +59,8 @@ def _postgres_pair(url: str) -> Iterator[Callable[[str], None]]:
     conninfo = urlunsplit(parts._replace(query=urlencode([(n, v) for n, v in query if n != "schema"])))
     table = sql.Identifier(schema, "effect_intents")
     insert = sql.SQL(
-        "INSERT INTO {} (" + _COLUMNS + ") VALUES ('bench-raw', %s, 'raw', 'op', 'd', 'in_flight', 1, 1, '{{}}', now(), now())"
+        "INSERT INTO {} (" + _COLUMNS + ") "
+        "VALUES ('bench-raw', %s, 'raw', 'op', 'd', 'in_flight', 1, 1, '{{}}', now(), now())"
     ).format(table)
     update = sql.SQL(
         "UPDATE {} SET status = 'confirmed', version = version + 1, updated_at = now() "

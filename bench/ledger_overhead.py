@@ -36,6 +36,7 @@ from safe_effects import (
 )
 from safe_effects.testing import generic_contract
 
+CONTRACT = generic_contract()
 REQUEST = EffectRequest(operation="charge", params={"amount": 4200, "currency": "eur", "customer": "cus_1"})
 
 
@@ -45,7 +46,7 @@ class InstantAdapter:
     provider = "bench"
 
     def contract_for(self, operation: str) -> ProviderContract:
-        return generic_contract()
+        return CONTRACT
 
     def provider_key(self, tenant: str, intent_key: IntentKey) -> str:
         return str(intent_key)

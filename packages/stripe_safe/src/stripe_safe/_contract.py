@@ -173,14 +173,17 @@ def search_query(intent_key: str, tenant: str) -> str:
     """The Search API query that finds the object a stamped create produced."""
     return f"metadata['{METADATA_INTENT}']:{_quoted(intent_key)} AND metadata['{METADATA_TENANT}']:{_quoted(tenant)}"
 
+# amounts for the operator's list and the two-person rule; customer ids, never card data or emails
+SUMMARY_FIELDS = ("amount", "currency", "customer")
+
 
 def summary_for(path: str, params: Mapping[str, Any]) -> dict[str, str]:
-    """Operator-facing, id-only facts the lookup needs later: the path and a refund's parent."""
+    """Operator-facing facts, ids and amounts only: the path, amount and currency, a refund's parent."""
     summary = {"path": path.split("?", 1)[0]}
-    for parent in REFUND_PARENTS:
-        value = params.get(parent)
-        if isinstance(value, str):
-            summary[parent] = value
+    for name in (*REFUND_PARENTS, *SUMMARY_FIELDS):
+        value = params.get(name)
+        if isinstance(value, str | int) and not isinstance(value, bool):
+            summary[name] = str(value)
     return summary
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -130,7 +131,7 @@ class FakeHTTPServer:
         self._on_committed: list[Hook] = []
         self._closing = threading.Event()
         self._seq = 0
-        self._httpd = ThreadingHTTPServer((host, port), _make_handler_class(self))
+        self._httpd = _QuietServer((host, port), _make_handler_class(self))
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -253,6 +254,14 @@ class FakeHTTPServer:
             self._closing.wait(fault.seconds)
         self._record(Exchange(request, response.status, fault.kind, response.committed))
         return fault, response
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """A client that vanishes (a killed worker, a dropped keep-alive) is part of the test, not an error."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 def _fault_response(fault: Fault) -> FakeResponse:
