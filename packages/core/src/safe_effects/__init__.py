@@ -1,6 +1,8 @@
 """safe-effects: a durable effect ledger that stops double charges and duplicate sends."""
 
 from ._adapter import EffectRequest, LookupResult, LookupStatus, Outcome, ProviderAdapter, Verdict
+from ._adapter_registry import ENTRY_POINT_GROUP, RegisteredAdapters, load_adapters
+from ._approvals import Approval, ApprovalState
 from ._clock import Clock, system_clock
 from ._contract import (
     ConcurrentSameKey,
@@ -35,15 +37,20 @@ from ._errors import (
 )
 from ._keys import IntentKey
 from ._ledger import Ledger
+from ._metrics import PrometheusObserver, StoreCollector
 from ._observer import NullObserver, Observer
+from ._operator import Decision, Operator
 from ._policies import LeasePolicy, RetryPolicy
 from ._postgres import PostgresStore
+from ._purge import PurgeReport, purge_settled
+from ._reconciler import ReconcileItem, Reconciler, ReconcileReport
 from ._records import AuditEntry, EffectRecord, Evidence, EvidenceVerdict, Receipt, Resolution
 from ._sqlite import SQLiteStore
 from ._states import TERMINAL, TRANSITIONS, UNSETTLED, EffectStatus, check_transition
 from ._store import Store
 from ._store_url import open_store
 from ._tenants import DEFAULT_TENANT, check_tenant
+from ._thresholds import ApprovalThresholds
 
 __all__ = [
     # the executor
@@ -93,6 +100,22 @@ __all__ = [
     "LookupStatus",
     "Clock",
     "system_clock",
+    # operations: reconciler, operator actions, two-person rule, metrics, purge
+    "Reconciler",
+    "ReconcileReport",
+    "ReconcileItem",
+    "Operator",
+    "Decision",
+    "Approval",
+    "ApprovalState",
+    "ApprovalThresholds",
+    "PrometheusObserver",
+    "StoreCollector",
+    "purge_settled",
+    "PurgeReport",
+    "load_adapters",
+    "RegisteredAdapters",
+    "ENTRY_POINT_GROUP",
     # errors
     "SafeEffectsError",
     "InvalidInput",

@@ -158,4 +158,52 @@ _V1_POSTGRES = (
     "CREATE INDEX effect_evidence_intent ON {schema}.effect_evidence (tenant_id, intent_key)",
 )
 
-MIGRATIONS: tuple[Migration, ...] = (Migration(1, _V1_SQLITE, _V1_POSTGRES),)
+# v2: operator resolutions waiting for a second approver (two-person rule); at most one pending per intent
+_V2_SQLITE = (
+    """CREATE TABLE effect_approvals (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        tenant_id TEXT NOT NULL,
+        intent_key TEXT NOT NULL,
+        expected_version INTEGER NOT NULL,
+        to_status TEXT NOT NULL,
+        requested_by TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        evidence TEXT,
+        provider_result_id TEXT,
+        created_at TEXT NOT NULL,
+        state TEXT NOT NULL,
+        decided_by TEXT,
+        decision_reason TEXT,
+        resolved_at TEXT
+    )""",
+    "CREATE UNIQUE INDEX effect_approvals_one_pending ON effect_approvals (tenant_id, intent_key) "
+    "WHERE state = 'pending'",
+    "CREATE INDEX effect_approvals_intent ON effect_approvals (tenant_id, intent_key, id)",
+)
+
+_V2_POSTGRES = (
+    """CREATE TABLE {schema}.effect_approvals (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        tenant_id text NOT NULL,
+        intent_key text NOT NULL,
+        expected_version integer NOT NULL,
+        to_status text NOT NULL,
+        requested_by text NOT NULL,
+        reason text NOT NULL,
+        evidence text,
+        provider_result_id text,
+        created_at timestamptz NOT NULL,
+        state text NOT NULL,
+        decided_by text,
+        decision_reason text,
+        resolved_at timestamptz
+    )""",
+    "CREATE UNIQUE INDEX effect_approvals_one_pending ON {schema}.effect_approvals (tenant_id, intent_key) "
+    "WHERE state = 'pending'",
+    "CREATE INDEX effect_approvals_intent ON {schema}.effect_approvals (tenant_id, intent_key, id)",
+)
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, _V1_SQLITE, _V1_POSTGRES),
+    Migration(2, _V2_SQLITE, _V2_POSTGRES),
+)

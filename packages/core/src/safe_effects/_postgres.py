@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Collection, Mapping
+from contextlib import nullcontext
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from ._approvals import Approval, ApprovalState
 from ._errors import InvalidInput, MissingDependency, StaleRecord
 from ._migrations import MIGRATIONS, POSTGRES_BOOKKEEPING
 from ._records import AuditEntry, EffectRecord, Evidence
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
 
 _EVIDENCE_COLUMNS = tuple("tenant_id" if f == "tenant" else f for f in Evidence.model_fields)
+_APPROVAL_COLUMNS = tuple("tenant_id" if f == "tenant" else f for f in Approval.model_fields)
 # audit columns the CTE takes from the written row; the rest are parameters named a_<column>
 _FROM_ROW = ("tenant_id", "intent_key", "version")
 _AUDIT_CASTS = {
@@ -193,17 +196,18 @@ class PostgresStore:
         params = {**to_row(record, self._codec), **self._audit_params(first_audit(record, actor=actor, reason=reason))}
         if connection is None:
             with self._pool.connection() as conn:
-                return self._insert_or_get(conn, params)
+                return self._insert_or_get(conn, record, params)
         if not isinstance(connection, self._connection_type):
             raise InvalidInput(f"connection must be a psycopg.Connection, got {type(connection).__name__}")
-        return self._insert_or_get(connection, params)
+        return self._insert_or_get(connection, record, params)
 
-    def _insert_or_get(self, conn: Connection[Any], params: dict[str, Any]) -> tuple[EffectRecord, bool]:
+    def _insert_or_get(
+        self, conn: Connection[Any], record: EffectRecord, params: dict[str, Any]
+    ) -> tuple[EffectRecord, bool]:
         with conn.cursor(row_factory=self._dict_row) as cur:
             for _ in range(3):  # a purge may delete the conflicting row between the two statements
-                row = cur.execute(self._insert, params).fetchone()
-                if row is not None:
-                    return from_row(EffectRecord, row, self._codec), True
+                if cur.execute(self._insert, params).fetchone() is not None:
+                    return record, True  # the row is exactly the record: no need to parse it back
                 row = cur.execute(self._get, (params["tenant_id"], params["intent_key"])).fetchone()
                 if row is not None:
                     return from_row(EffectRecord, row, self._codec), False
@@ -234,25 +238,26 @@ class PostgresStore:
         new, fields, audit = plan_transition(
             record, to, now=now, actor=actor, reason=reason, changes=changes, detail=detail
         )
-        values = to_row(new, self._codec)
+        values = to_row(new, self._codec, fields)
         query = self._update_head + b", ".join([self._assign[f] for f in fields]) + self._update_tail
-        params = {field: values[field] for field in fields}
-        params.update(self._audit_params(audit))
-        params.update(w_tenant=record.tenant, w_key=record.intent_key, w_status=record.status.value)
-        params["w_version"] = record.version
+        params = {
+            **{field: values[field] for field in fields},
+            **self._audit_params(audit),
+            "w_tenant": record.tenant,
+            "w_key": record.intent_key,
+            "w_status": record.status.value,
+            "w_version": record.version,
+        }
         with self._pool.connection() as conn:
-            if before_commit is None:
-                with conn.cursor(row_factory=self._dict_row) as cur:
-                    row = cur.execute(query, params).fetchone()
-                    if row is None:
-                        raise stale(record, self._fetch_one(cur, record.tenant, record.intent_key))
-                    return from_row(EffectRecord, row, self._codec)
-            with conn.transaction(), conn.cursor(row_factory=self._dict_row) as cur:
+            # alone, the statement commits itself; a crash point needs a transaction to run inside
+            atomic = conn.transaction() if before_commit is not None else nullcontext()
+            with atomic, conn.cursor(row_factory=self._dict_row) as cur:
                 row = cur.execute(query, params).fetchone()
                 if row is None:
                     raise stale(record, self._fetch_one(cur, record.tenant, record.intent_key))
-                before_commit()
-            return from_row(EffectRecord, row, self._codec)
+                if before_commit is not None:
+                    before_commit()
+        return new  # what was written, validated by plan_transition: no need to parse it back
 
     def _list_query(
         self,
@@ -339,3 +344,71 @@ class PostgresStore:
         params = {"s": values, "cutoff": utc(updated_before, "updated_before"), "limit": limit}
         with self._pool.connection() as conn:
             return conn.execute(self._purge, params).rowcount
+
+    # -- pending approvals (two-person rule) -------------------------------------------------------------
+
+    def _approvals_sql(self, text: str) -> sql.Composed:
+        """``text`` with ``{table}`` and ``{columns}`` filled in as quoted identifiers."""
+        from psycopg import sql  # noqa: PLC0415  # optional extra, present once a PostgresStore exists
+
+        return sql.SQL(text).format(
+            table=sql.Identifier(self.schema, "effect_approvals"),
+            columns=sql.SQL(", ").join(map(sql.Identifier, _APPROVAL_COLUMNS)),
+            inserted=sql.SQL(", ").join(map(sql.Identifier, _APPROVAL_COLUMNS[1:])),
+            values=sql.SQL(", ").join(map(sql.Placeholder, _APPROVAL_COLUMNS[1:])),
+        )
+
+    def add_approval(self, approval: Approval) -> tuple[Approval, bool]:
+        """Insert a pending approval unless one is pending for the intent; see :class:`Store`."""
+        row = to_row(approval, self._codec)
+        del row["id"]
+        insert = self._approvals_sql(
+            "INSERT INTO {table} ({inserted}) VALUES ({values}) ON CONFLICT DO NOTHING RETURNING id"
+        )
+        pending = self._approvals_sql(
+            "SELECT {columns} FROM {table} WHERE tenant_id = %s AND intent_key = %s AND state = 'pending'"
+        )
+        with self._pool.connection() as conn, conn.cursor(row_factory=self._dict_row) as cur:
+            inserted = cur.execute(insert, row).fetchone()
+            if inserted is not None:
+                return approval.model_copy(update={"id": inserted["id"]}), True
+            found = cur.execute(pending, (row["tenant_id"], row["intent_key"])).fetchone()
+        if found is None:  # decided between the two statements: the caller may simply ask again
+            raise StaleRecord(f"the pending approval for {approval.intent_key!r} was decided meanwhile")
+        return from_row(Approval, found, self._codec), False
+
+    def approvals(
+        self,
+        *,
+        tenant: str | None = None,
+        intent_key: str | None = None,
+        state: ApprovalState | None = None,
+        limit: int = 100,
+    ) -> list[Approval]:
+        """Approvals, oldest request first; see :class:`Store`."""
+        query = self._approvals_sql(
+            "SELECT {columns} FROM {table} WHERE (%(t)s::text IS NULL OR tenant_id = %(t)s) "
+            "AND (%(k)s::text IS NULL OR intent_key = %(k)s) AND (%(s)s::text IS NULL OR state = %(s)s) "
+            "ORDER BY id LIMIT %(limit)s"
+        )
+        params = {
+            "t": None if tenant is None else check_tenant(tenant),
+            "k": intent_key,
+            "s": None if state is None else ApprovalState(state).value,
+            "limit": limit,
+        }
+        with self._pool.connection() as conn, conn.cursor(row_factory=self._dict_row) as cur:
+            rows = cur.execute(query, params).fetchall()
+        return [from_row(Approval, row, self._codec) for row in rows]
+
+    def decide_approval(
+        self, approval: Approval, *, state: ApprovalState, decided_by: str, reason: str | None, now: datetime
+    ) -> bool:
+        """Move an approval on if it is still in the state the caller saw; see :class:`Store`."""
+        update = self._approvals_sql(
+            "UPDATE {table} SET state = %s, decided_by = %s, decision_reason = %s, resolved_at = %s "
+            "WHERE id = %s AND state = %s"
+        )
+        params = (ApprovalState(state).value, decided_by, reason, utc(now, "now"), approval.id, approval.state.value)
+        with self._pool.connection() as conn:
+            return conn.execute(update, params).rowcount == 1

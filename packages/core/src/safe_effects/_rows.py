@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -53,10 +53,10 @@ def utc(value: datetime, name: str) -> datetime:
     return value.astimezone(UTC)
 
 
-def to_row(model: BaseModel, codec: Codec) -> dict[str, Any]:
-    """Column name -> bindable value for ``model`` (tenant validated, datetimes UTC, JSON encoded)."""
+def to_row(model: BaseModel, codec: Codec, fields: Collection[str] | None = None) -> dict[str, Any]:
+    """Column name -> bindable value for ``model`` (or only ``fields`` of it): tenant validated, datetimes UTC."""
     row: dict[str, Any] = {}
-    for field, value in model.model_dump(mode="json").items():
+    for field, value in model.model_dump(mode="json", include=set(fields) if fields is not None else None).items():
         if field == "tenant":
             row["tenant_id"] = check_tenant(value)
         elif value is not None and field in TIME_FIELDS:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ._approvals import Approval, ApprovalState
 from ._errors import InvalidInput
 from ._migrations import MIGRATIONS, SQLITE_BOOKKEEPING
 from ._records import AuditEntry, EffectRecord, Evidence
@@ -48,6 +50,7 @@ _INSERT_AUDIT = (
     f"INSERT INTO effect_audit ({', '.join(AUDIT_COLUMNS)}) VALUES ({', '.join(':' + c for c in AUDIT_COLUMNS)})"
 )
 _EVIDENCE_COLUMNS = tuple("tenant_id" if f == "tenant" else f for f in Evidence.model_fields)
+_APPROVAL_COLUMNS = tuple("tenant_id" if f == "tenant" else f for f in Approval.model_fields)
 
 
 def _rows(cursor: sqlite3.Cursor) -> list[dict[str, Any]]:
@@ -78,12 +81,24 @@ class SQLiteStore:
         if conn is None:
             # isolation_level=None: no implicit BEGIN, every transaction here is an explicit BEGIN IMMEDIATE
             conn = sqlite3.connect(self.path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode = WAL")
+            self._enable_wal(conn)
             conn.execute("PRAGMA synchronous = FULL")
             self._local.conn = conn
             with self._lock:
                 self._connections.append(conn)
         return conn
+
+    def _enable_wal(self, conn: sqlite3.Connection) -> None:
+        """Switching a new file to WAL answers SQLITE_BUSY without waiting for busy_timeout, so retry here."""
+        deadline = time.monotonic() + self._busy_timeout
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as error:
+                if error.sqlite_errorname != "SQLITE_BUSY" or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.005)
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -129,11 +144,11 @@ class SQLiteStore:
         audit = to_row(first_audit(record, actor=actor, reason=reason), _CODEC)
         if connection is None:
             with self._write() as conn:
-                return self._insert(conn, row, audit)
+                return self._insert(conn, record, row, audit)
         conn = self._callers(connection)
         if not conn.in_transaction:
             conn.execute("BEGIN IMMEDIATE")
-        return self._insert(conn, row, audit)
+        return self._insert(conn, record, row, audit)
 
     def _callers(self, connection: Any) -> sqlite3.Connection:
         """Check a caller's connection is sqlite3 on this very file, else the prepared row lands elsewhere."""
@@ -145,12 +160,12 @@ class SQLiteStore:
         return connection
 
     def _insert(
-        self, conn: sqlite3.Connection, row: dict[str, Any], audit: dict[str, Any]
+        self, conn: sqlite3.Connection, record: EffectRecord, row: dict[str, Any], audit: dict[str, Any]
     ) -> tuple[EffectRecord, bool]:
         inserted = _rows(conn.execute(_INSERT, row))
         if inserted:
             conn.execute(_INSERT_AUDIT, audit)
-            return from_row(EffectRecord, inserted[0], _CODEC), True
+            return record, True  # the row is exactly the record: no need to parse it back
         existing = self._select(conn, row["tenant_id"], row["intent_key"])
         assert existing is not None, "the write lock is held: the conflicting row cannot vanish in between"
         return existing, False
@@ -178,16 +193,15 @@ class SQLiteStore:
         new, fields, audit = plan_transition(
             record, to, now=now, actor=actor, reason=reason, changes=changes, detail=detail
         )
-        values = to_row(new, _CODEC)
+        values = to_row(new, _CODEC, fields)
         assignments = ", ".join(f"{field} = :{field}" for field in fields)  # fields checked against the model
-        params = {**{field: values[field] for field in fields}, "_t": values["tenant_id"]}
-        params.update(_k=values["intent_key"], _s=record.status.value, _v=record.version)
+        params = {**{field: values[field] for field in fields}, "_t": record.tenant}
+        params.update(_k=record.intent_key, _s=record.status.value, _v=record.version)
         with self._write() as conn:
             updated = _rows(
                 conn.execute(
                     f"UPDATE effect_intents SET {assignments} "
-                    "WHERE tenant_id = :_t AND intent_key = :_k AND status = :_s AND version = :_v "
-                    f"RETURNING {', '.join(RECORD_COLUMNS)}",
+                    "WHERE tenant_id = :_t AND intent_key = :_k AND status = :_s AND version = :_v RETURNING version",
                     params,
                 )
             )
@@ -196,7 +210,7 @@ class SQLiteStore:
             conn.execute(_INSERT_AUDIT, to_row(audit, _CODEC))
             if before_commit is not None:
                 before_commit()
-        return from_row(EffectRecord, updated[0], _CODEC)
+        return new  # what was written, validated by plan_transition: no need to parse it back
 
     def _list_query(
         self,
@@ -309,3 +323,63 @@ class SQLiteStore:
                 (*values, cutoff, limit),
             )
             return deleted.rowcount
+
+    # -- pending approvals (two-person rule) -------------------------------------------------------------
+
+    def add_approval(self, approval: Approval) -> tuple[Approval, bool]:
+        """Insert a pending approval unless one is pending for the intent; see :class:`Store`."""
+        row = to_row(approval, _CODEC)
+        del row["id"]
+        with self._write() as conn:
+            inserted = conn.execute(
+                f"INSERT INTO effect_approvals ({', '.join(row)}) VALUES ({', '.join(':' + c for c in row)}) "
+                "ON CONFLICT DO NOTHING RETURNING id",
+                row,
+            ).fetchall()
+            if inserted:
+                return approval.model_copy(update={"id": inserted[0][0]}), True
+            rows = _rows(
+                conn.execute(
+                    f"SELECT {', '.join(_APPROVAL_COLUMNS)} FROM effect_approvals "
+                    "WHERE tenant_id = ? AND intent_key = ? AND state = 'pending'",
+                    (row["tenant_id"], row["intent_key"]),
+                )
+            )
+        return from_row(Approval, rows[0], _CODEC), False
+
+    def approvals(
+        self,
+        *,
+        tenant: str | None = None,
+        intent_key: str | None = None,
+        state: ApprovalState | None = None,
+        limit: int = 100,
+    ) -> list[Approval]:
+        """Approvals, oldest request first; see :class:`Store`."""
+        query = f"SELECT {', '.join(_APPROVAL_COLUMNS)} FROM effect_approvals WHERE 1 = 1"
+        params: list[Any] = []
+        for column, value in (("tenant_id", tenant), ("intent_key", intent_key), ("state", state)):
+            if value is not None:
+                query += f" AND {column} = ?"
+                params.append(check_tenant(value) if column == "tenant_id" else str(value))
+        rows = _rows(self._conn().execute(query + " ORDER BY id LIMIT ?", (*params, limit)))
+        return [from_row(Approval, row, _CODEC) for row in rows]
+
+    def decide_approval(
+        self, approval: Approval, *, state: ApprovalState, decided_by: str, reason: str | None, now: datetime
+    ) -> bool:
+        """Move an approval on if it is still in the state the caller saw; see :class:`Store`."""
+        with self._write() as conn:
+            updated = conn.execute(
+                "UPDATE effect_approvals SET state = ?, decided_by = ?, decision_reason = ?, resolved_at = ? "
+                "WHERE id = ? AND state = ?",
+                (
+                    ApprovalState(state).value,
+                    decided_by,
+                    reason,
+                    _CODEC.time_out(utc(now, "now")),
+                    approval.id,
+                    approval.state.value,
+                ),
+            )
+            return updated.rowcount == 1

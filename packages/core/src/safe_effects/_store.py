@@ -6,6 +6,7 @@ from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
+from ._approvals import Approval, ApprovalState
 from ._records import AuditEntry, EffectRecord, Evidence
 from ._states import EffectStatus
 
@@ -88,4 +89,30 @@ class Store(Protocol):
 
     def purge(self, *, statuses: Collection[EffectStatus], updated_before: datetime, limit: int = 1000) -> int:
         """Delete up to ``limit`` records in ``statuses`` last updated before the cut-off; returns the count."""
+        ...
+
+    # -- pending approvals (two-person rule) -------------------------------------------------------------
+
+    def add_approval(self, approval: Approval) -> tuple[Approval, bool]:
+        """Store a pending approval unless one is already pending for the intent.
+
+        Returns the stored approval (with its id) and True, or the one already pending and False.
+        """
+        ...
+
+    def approvals(
+        self,
+        *,
+        tenant: str | None = None,
+        intent_key: str | None = None,
+        state: ApprovalState | None = None,
+        limit: int = 100,
+    ) -> list[Approval]:
+        """Approvals, oldest request first, optionally for one intent and in one state."""
+        ...
+
+    def decide_approval(
+        self, approval: Approval, *, state: ApprovalState, decided_by: str, reason: str | None, now: datetime
+    ) -> bool:
+        """Move ``approval`` to ``state`` if it is still in ``approval.state``; False when someone else moved it."""
         ...

@@ -1,0 +1,42 @@
+"""Pending operator resolutions for the two-person rule: one row per request, kept after it is decided."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict
+
+from ._keys import IntentKey
+from ._states import EffectStatus
+
+
+class ApprovalState(StrEnum):
+    PENDING = "pending"  # waiting for a second operator
+    APPLIED = "applied"  # a second operator approved it and the record was settled
+    DECLINED = "declined"  # a second operator refused it; the record stays unknown
+    STALE = "stale"  # the record moved on after the request; it can no longer be applied
+
+
+class Approval(BaseModel):
+    """A resolution one operator asked for above the threshold; applied only once another approves it.
+
+    ``created_at`` is when it was asked for and ``resolved_at`` when it was decided: the store's time columns.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: int | None = None  # set by the store
+    tenant: str
+    intent_key: IntentKey
+    expected_version: int  # the record version the requesting operator saw
+    to_status: EffectStatus
+    requested_by: str
+    reason: str
+    evidence: str | None = None
+    provider_result_id: str | None = None
+    created_at: datetime
+    state: ApprovalState = ApprovalState.PENDING
+    decided_by: str | None = None
+    decision_reason: str | None = None
+    resolved_at: datetime | None = None

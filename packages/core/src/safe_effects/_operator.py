@@ -1,0 +1,239 @@
+"""What an operator may do to an intent, each step conditional on what they saw and recorded in the audit trail.
+
+The CLI is a thin shell over :class:`Operator`; a scheduler or an admin UI can call it directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ._adapter import EffectRequest, ProviderAdapter
+from ._approvals import Approval, ApprovalState
+from ._errors import ApprovalError, InvalidInput, StaleRecord
+from ._keys import IntentKey
+from ._ledger import Ledger
+from ._records import EffectRecord, Receipt, Resolution
+from ._states import EffectStatus
+from ._tenants import DEFAULT_TENANT
+from ._thresholds import ApprovalThresholds
+
+S = EffectStatus
+OPERATOR_METHOD = "operator"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The record after an operator action, and the approval it created or decided (if any)."""
+
+    record: EffectRecord
+    approval: Approval | None = None
+
+    @property
+    def pending(self) -> bool:
+        return self.approval is not None and self.approval.state is ApprovalState.PENDING
+
+
+def actor(operator: str) -> str:
+    """Audit rows name people as ``operator:<name>`` so they never look like a worker id."""
+    return f"operator:{operator}"
+
+
+def _required(value: str | None, what: str) -> str:
+    text = (value or "").strip()
+    if not text:
+        raise InvalidInput(f"{what} is required")
+    return text
+
+
+class Operator:
+    """Resolve, approve, decline and compensate intents for a named person, never silently."""
+
+    def __init__(self, ledger: Ledger, *, thresholds: ApprovalThresholds | None = None) -> None:
+        self.ledger = ledger
+        self.thresholds = thresholds or ApprovalThresholds()
+
+    def resolve(
+        self,
+        intent_key: IntentKey | str,
+        *,
+        to: EffectStatus,
+        operator: str,
+        reason: str,
+        expect_version: int,
+        tenant: str = DEFAULT_TENANT,
+        provider_result_id: str | None = None,
+        evidence: str | None = None,
+    ) -> Decision:
+        """Settle an unknown intent at the version the operator saw, or park it for a second operator."""
+        operator = _required(operator, "operator identity (--operator)")
+        reason = _required(reason, "a reason (--reason)")
+        if to not in (S.CONFIRMED, S.REJECTED):
+            raise InvalidInput(f"an operator resolves an intent as confirmed or rejected, not {to}")
+        if to is S.CONFIRMED:
+            provider_result_id = _required(provider_result_id, "to confirm, the provider's id (--provider-id)")
+            evidence = _required(evidence, "to confirm, an evidence reference (--evidence)")
+        record = self._current(intent_key, tenant, expect_version)
+        why = self.thresholds.requires_approval(record.summary)
+        if why is None:
+            resolution = Resolution(method=OPERATOR_METHOD, operator=operator, evidence=evidence, reason=reason)
+            settled = self.ledger.settle(
+                record, to, resolution=resolution, actor=actor(operator), provider_result_id=provider_result_id
+            )
+            return Decision(settled)
+        request = Approval(
+            tenant=record.tenant,
+            intent_key=record.intent_key,
+            expected_version=record.version,
+            to_status=to,
+            requested_by=operator,
+            reason=f"{reason} [needs approval: {why}]",
+            evidence=evidence,
+            provider_result_id=provider_result_id,
+            created_at=self.ledger.clock(),
+        )
+        stored, created = self.ledger.store.add_approval(request)
+        if not created and stored.expected_version != record.version:
+            self._close_stale(stored, record, operator)  # left over from an earlier version: replace it
+            stored, created = self.ledger.store.add_approval(request)
+        if not created:
+            raise ApprovalError(
+                f"{stored.requested_by} already asked to resolve {record.intent_key!r} as {stored.to_status} "
+                f"at v{stored.expected_version}; approve or decline that request first"
+            )
+        return Decision(record, stored)
+
+    def approve(
+        self, intent_key: IntentKey | str, *, operator: str, tenant: str = DEFAULT_TENANT, reason: str | None = None
+    ) -> Decision:
+        """Apply another operator's pending resolution, conditional on the version they saw."""
+        operator = _required(operator, "operator identity (--operator)")
+        approval = self._pending(intent_key, tenant)
+        if _same_person(operator, approval.requested_by):
+            raise ApprovalError(
+                f"{operator} asked for this resolution of {approval.intent_key!r}; "
+                "a different operator must approve it (two-person rule)"
+            )
+        record = self.ledger.get(approval.intent_key, tenant=approval.tenant)
+        if record.status is not S.UNKNOWN or record.version != approval.expected_version:
+            self._close_stale(approval, record, operator)
+            raise StaleRecord(
+                f"intent {record.intent_key!r} moved on since {approval.requested_by} asked (saw unknown "
+                f"v{approval.expected_version}, now {record.status} v{record.version}); the request is closed as "
+                "stale: look again and resolve anew if still needed"
+            )
+        now = self.ledger.clock()
+        # claim the request first: a concurrent decline or second approval then loses, and nothing is applied twice
+        if not self.ledger.store.decide_approval(
+            approval, state=ApprovalState.APPLIED, decided_by=operator, reason=reason, now=now
+        ):
+            raise StaleRecord(f"the pending request for {approval.intent_key!r} was decided meanwhile")
+        claimed = self._decided(approval, ApprovalState.APPLIED, operator, reason, now)
+        resolution = Resolution(
+            method=OPERATOR_METHOD,
+            operator=approval.requested_by,
+            approved_by=operator,
+            evidence=approval.evidence,
+            reason=approval.reason if reason is None else f"{approval.reason}; approver: {reason}",
+        )
+        try:
+            settled = self.ledger.settle(
+                record,
+                approval.to_status,
+                resolution=resolution,
+                actor=actor(operator),
+                provider_result_id=approval.provider_result_id,
+            )
+        except StaleRecord:
+            current = self.ledger.get(approval.intent_key, tenant=approval.tenant)
+            self._close_stale(claimed, current, operator)
+            raise
+        return Decision(settled, claimed)
+
+    def decline(
+        self, intent_key: IntentKey | str, *, operator: str, reason: str, tenant: str = DEFAULT_TENANT
+    ) -> Decision:
+        """Refuse (or, for its author, withdraw) a pending resolution; the record stays unknown."""
+        operator = _required(operator, "operator identity (--operator)")
+        reason = _required(reason, "a reason (--reason)")
+        approval = self._pending(intent_key, tenant)
+        now = self.ledger.clock()
+        if not self.ledger.store.decide_approval(
+            approval, state=ApprovalState.DECLINED, decided_by=operator, reason=reason, now=now
+        ):
+            raise StaleRecord(f"the pending request for {approval.intent_key!r} was decided meanwhile")
+        record = self.ledger.get(approval.intent_key, tenant=approval.tenant)
+        return Decision(record, self._decided(approval, ApprovalState.DECLINED, operator, reason, now))
+
+    def pending(self, *, tenant: str | None = None, limit: int = 100) -> list[Approval]:
+        """Resolutions waiting for a second operator, oldest first."""
+        return self.ledger.store.approvals(tenant=tenant, state=ApprovalState.PENDING, limit=limit)
+
+    def compensate(
+        self,
+        adapter: ProviderAdapter[Any],
+        *,
+        original_key: IntentKey | str,
+        compensating_key: IntentKey | str,
+        operation: str,
+        params: Mapping[str, Any],
+        operator: str,
+        reason: str,
+        tenant: str = DEFAULT_TENANT,
+    ) -> Receipt:
+        """Launch the linked compensating intent (a refund, a correction); its summary names who and why."""
+        operator = _required(operator, "operator identity (--operator)")
+        reason = _required(reason, "a reason (--reason)")
+        request = EffectRequest(
+            operation=operation, params=params, summary={"requested_by": actor(operator), "reason": reason}
+        )
+        return self.ledger.compensate(
+            adapter, request, original_key=original_key, compensating_key=compensating_key, tenant=tenant
+        )
+
+    # -- helpers ------------------------------------------------------------------------------------------
+
+    def _current(self, intent_key: IntentKey | str, tenant: str, expect_version: int) -> EffectRecord:
+        """The record, if it is still the unknown one at the version the operator looked at."""
+        record = self.ledger.get(intent_key, tenant=tenant)
+        if record.version != expect_version:
+            raise StaleRecord(
+                f"intent {record.intent_key!r} is at {record.status} v{record.version}, you saw v{expect_version}: "
+                "it moved on; run `show` again before resolving"
+            )
+        if record.status is not S.UNKNOWN:
+            hint = " (run `reconcile` first if its lease expired)" if record.status is S.IN_FLIGHT else ""
+            raise InvalidInput(
+                f"intent {record.intent_key!r} is {record.status}: only an unknown intent can be resolved{hint}"
+            )
+        return record
+
+    def _pending(self, intent_key: IntentKey | str, tenant: str) -> Approval:
+        key = IntentKey.parse(intent_key)
+        found = self.ledger.store.approvals(tenant=tenant, intent_key=key, state=ApprovalState.PENDING, limit=1)
+        if not found:
+            raise ApprovalError(f"no resolution is pending for intent {key!r} (tenant {tenant!r})")
+        return found[0]
+
+    def _close_stale(self, approval: Approval, record: EffectRecord, operator: str) -> None:
+        self.ledger.store.decide_approval(
+            approval,
+            state=ApprovalState.STALE,
+            decided_by=operator,
+            reason=f"record moved on to {record.status} v{record.version}",
+            now=self.ledger.clock(),
+        )
+
+    @staticmethod
+    def _decided(
+        approval: Approval, state: ApprovalState, operator: str, reason: str | None, now: datetime
+    ) -> Approval:
+        return approval.model_copy(
+            update={"state": state, "decided_by": operator, "decision_reason": reason, "resolved_at": now}
+        )
+
+
+def _same_person(a: str, b: str) -> bool:
+    return a.strip().casefold() == b.strip().casefold()

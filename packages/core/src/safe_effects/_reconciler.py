@@ -1,0 +1,128 @@
+"""The sweep that settles unknown (and abandoned in-flight) intents by lookup, for a scheduler or the CLI.
+
+Each record goes through :meth:`Ledger.reconcile` (recorded evidence, then ``adapter.lookup``; it never
+redispatches). Two reconcilers may run at once: the store's conditional transitions let exactly one settle a
+record, and the other sees :class:`StaleRecord` and counts it as ``contended``. Lookups are paced per provider
+by the contract's ``rate_limit_per_minute``, per process.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._adapter import ProviderAdapter
+from ._errors import StaleRecord
+from ._ledger import Ledger
+from ._rate import TokenBucket
+from ._records import EffectRecord
+from ._states import TERMINAL, EffectStatus
+
+S = EffectStatus
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileItem:
+    """What happened to one record: ``confirmed``, ``rejected``, ``prepared`` (proven absent), ``unknown``
+    (inconclusive), ``contended`` (another process got it), ``deferred`` (rate limit), ``skipped`` (no adapter)
+    or ``error``."""
+
+    tenant: str
+    intent_key: str
+    provider: str
+    before: EffectStatus
+    outcome: str
+    method: str | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileReport:
+    items: tuple[ReconcileItem, ...] = ()
+
+    def counts(self) -> dict[str, int]:
+        return dict(Counter(item.outcome for item in self.items))
+
+    @property
+    def settled(self) -> int:
+        """Records this run moved out of doubt (confirmed, rejected, or proven absent)."""
+        return sum(1 for item in self.items if item.outcome in ("confirmed", "rejected", "prepared"))
+
+
+@dataclass(slots=True)
+class Reconciler:
+    """Sweeps unknowns oldest first; ``adapters`` maps a record's provider name to its adapter."""
+
+    ledger: Ledger
+    adapters: Mapping[str, ProviderAdapter[Any]]
+    max_wait: float = 1.0  # sleep up to this for a provider's next token, else defer its records to the next run
+    monotonic: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    _buckets: dict[str, TokenBucket] = field(default_factory=dict, init=False)
+
+    def candidates(self, limit: int) -> list[EffectRecord]:
+        """Unknown records and in-flight ones whose lease expired, least recently updated first."""
+        store, now = self.ledger.store, self.ledger.clock()
+        unknown = store.list_by_status([S.UNKNOWN], limit=limit)
+        abandoned = [r for r in store.list_by_status([S.IN_FLIGHT], limit=limit) if r.lease_expired(now)]
+        return sorted(unknown + abandoned, key=lambda r: r.updated_at)[:limit]
+
+    def run_once(self, *, limit: int = 100) -> ReconcileReport:
+        """One sweep over at most ``limit`` records; inconclusive ones stay unknown for the next run or a person."""
+        deferred: set[str] = set()
+        items: list[ReconcileItem] = []
+        for record in self.candidates(limit):
+            item = self._one(record, deferred)
+            items.append(item)
+            self.ledger.observer.on_event("reconcile_attempt", {"provider": item.provider, "outcome": item.outcome})
+        self.ledger.observer.on_event("reconciler_run", {})
+        return ReconcileReport(tuple(items))
+
+    def _one(self, record: EffectRecord, deferred: set[str]) -> ReconcileItem:
+        def item(outcome: str, method: str | None = None, note: str | None = None) -> ReconcileItem:
+            return ReconcileItem(
+                record.tenant, record.intent_key, record.provider, record.status, outcome, method, note
+            )
+
+        try:
+            adapter = self.adapters.get(record.provider)
+            if adapter is None:
+                return item("skipped", note=f"no adapter for provider {record.provider!r}")
+            if record.provider in deferred or not self._paced(adapter, record):
+                deferred.add(record.provider)
+                return item("deferred", note="provider lookup rate limit reached; next run")
+            after = self.ledger.reconcile(adapter, intent_key=record.intent_key, tenant=record.tenant)
+        except StaleRecord:
+            return item("contended", note="another process moved it first")
+        except Exception as error:  # one broken record or adapter must not stop the sweep
+            return item("error", note=f"{type(error).__name__}: {error}")
+        method = after.resolution.method if after.resolution is not None else None
+        if after.status in TERMINAL or after.status is S.PREPARED:
+            return item(after.status.value if self._ours(after) else "contended", method)
+        return item("unknown", note="inconclusive: stays unknown for the next run or an operator")
+
+    def _paced(self, adapter: ProviderAdapter[Any], record: EffectRecord) -> bool:
+        """Take a lookup token for the provider, sleeping up to ``max_wait``; False when it would take longer."""
+        rates = [m.rate_limit_per_minute for m in adapter.contract_for(record.operation).lookups]
+        limits = [rate for rate in rates if rate]
+        if not limits:
+            return True
+        bucket = self._buckets.get(record.provider)
+        if bucket is None:
+            bucket = self._buckets[record.provider] = TokenBucket(min(limits), self.monotonic)
+        bucket.per_minute = min(bucket.per_minute, *limits)
+        wait = bucket.wait_time()
+        if wait > self.max_wait:
+            return False
+        if wait > 0:
+            self.sleep(wait)
+        bucket.take()
+        return True
+
+    def _ours(self, record: EffectRecord) -> bool:
+        """Did this process write the record's latest state (rather than a concurrent reconciler)?"""
+        trail = self.ledger.store.audit_trail(record.tenant, record.intent_key)
+        return bool(trail) and trail[-1].actor == self.ledger.worker_id and trail[-1].version == record.version

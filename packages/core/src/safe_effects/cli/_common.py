@@ -1,0 +1,140 @@
+"""What every command shares: the store option, JSON and table output, and error reporting without tracebacks."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Annotated, Any, NoReturn, ParamSpec
+
+import typer
+from pydantic import BaseModel
+from rich.console import Console
+from rich.table import Table
+
+from safe_effects._adapter import ProviderAdapter
+from safe_effects._adapter_registry import ENTRY_POINT_GROUP, load_adapters
+from safe_effects._errors import InvalidInput, SafeEffectsError
+from safe_effects._ledger import Ledger
+
+DEBUG_ENV = "SAFE_EFFECTS_DEBUG"
+P = ParamSpec("P")
+
+StoreUrl = Annotated[
+    str,
+    typer.Option(
+        "--store",
+        envvar="SAFE_EFFECTS_STORE",
+        show_envvar=True,
+        help="Ledger store URL: sqlite:///path.db or postgresql://...",
+    ),
+]
+Tenant = Annotated[str, typer.Option("--tenant", help="Tenant of the intent.")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+AdaptersSpec = Annotated[
+    str | None,
+    typer.Option(
+        "--adapters",
+        help=f"module:callable returning {{provider: adapter}}; default: the {ENTRY_POINT_GROUP!r} entry points.",
+    ),
+]
+OperatorName = Annotated[str, typer.Option("--operator", help="Who you are; recorded in the audit trail.")]
+ReasonText = Annotated[str, typer.Option("--reason", help="Why; recorded in the audit trail.")]
+
+
+def handled(command: Callable[P, None]) -> Callable[P, None]:
+    """Turn library refusals into one line on stderr and exit status 1, never a traceback."""
+
+    @functools.wraps(command)
+    def run(*args: P.args, **kwargs: P.kwargs) -> None:
+        try:
+            command(*args, **kwargs)
+        except SafeEffectsError as error:
+            fail(f"error [{error.code}]: {error}")
+        except typer.Exit:
+            raise
+        except Exception as error:  # a store outage or an adapter bug: say what, offer the traceback on demand
+            if os.environ.get(DEBUG_ENV):
+                raise
+            fail(f"error: {type(error).__name__}: {error} (set {DEBUG_ENV}=1 for the traceback)")
+
+    return run
+
+
+def emit(renderable: Any) -> None:
+    """Print to the current stdout (a fresh console honours COLUMNS); markup off, as reasons are free text."""
+    Console(markup=False, highlight=False).print(renderable)
+
+
+def fail(message: str) -> NoReturn:
+    sys.stderr.write(message.rstrip() + "\n")
+    raise typer.Exit(1)
+
+
+@contextmanager
+def opened(store: str, *, worker_id: str | None = None) -> Iterator[Ledger]:
+    """The ledger on ``store`` (migrated, so the approvals table exists), closed after the command."""
+    with Ledger.open(store, worker_id=worker_id) as ledger:
+        yield ledger
+
+
+def adapter_for(spec: str | None, provider: str) -> ProviderAdapter[Any]:
+    adapter = load_adapters(spec).get(provider)
+    if adapter is None:
+        raise InvalidInput(
+            f"no adapter for provider {provider!r}: install its package (entry point group "
+            f"{ENTRY_POINT_GROUP!r}) or pass --adapters module:callable"
+        )
+    return adapter
+
+
+def jsonable(value: Any) -> Any:
+    """Models, dataclasses' dicts and datetimes as plain JSON values."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return value
+
+
+def print_json(value: Any) -> None:
+    typer.echo(json.dumps(jsonable(value), indent=2, sort_keys=True))
+
+
+def table(title: str | None, columns: list[str], rows: list[list[Any]]) -> Table:
+    shown = Table(title=title, title_justify="left", show_lines=False)
+    for column in columns:  # keys and ids stay on one line so they can be copied into the next command
+        whole = column in ("intent key", "provider id", "field")
+        shown.add_column(column, no_wrap=whole, min_width=len(column), overflow="fold")
+    for row in rows:
+        shown.add_row(*("" if cell is None else str(cell) for cell in row))
+    return shown
+
+
+def age(since: datetime | None, now: datetime) -> str:
+    """``3d04h``, ``2h05m``, ``4m12s``, ``9s``: how long ago, compact enough for a table column."""
+    if since is None:
+        return ""
+    seconds = max(0, int((now - since).total_seconds()))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours:02d}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
+
+
+def summary_text(summary: Mapping[str, str]) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(summary.items()))

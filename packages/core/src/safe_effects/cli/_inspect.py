@@ -1,0 +1,135 @@
+"""Read-only commands: ``list``, ``show`` and ``lookup`` change nothing."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from safe_effects._states import EffectStatus
+from safe_effects._tenants import DEFAULT_TENANT
+
+from ._common import (
+    AdaptersSpec,
+    AsJson,
+    StoreUrl,
+    Tenant,
+    adapter_for,
+    age,
+    emit,
+    opened,
+    print_json,
+    summary_text,
+    table,
+)
+
+Statuses = Annotated[
+    list[EffectStatus] | None,
+    typer.Option("--status", help="Statuses to list (repeatable); default: unknown."),
+]
+
+
+def list_effects(
+    *,
+    store: StoreUrl,
+    status: Statuses = None,
+    tenant: Annotated[str | None, typer.Option("--tenant", help="Only this tenant.")] = None,
+    provider: Annotated[str | None, typer.Option("--provider", help="Only this provider.")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1)] = 50,
+    as_json: AsJson = False,
+) -> None:
+    """List intents (unknown by default), least recently updated first: what may have happened and since when."""
+    with opened(store) as ledger:
+        now = ledger.clock()
+        records = ledger.store.list_by_status(
+            status or [EffectStatus.UNKNOWN], tenant=tenant, provider=provider, limit=limit
+        )
+    if as_json:
+        print_json(
+            [{**r.model_dump(mode="json"), "age_seconds": (now - r.updated_at).total_seconds()} for r in records]
+        )
+        return
+    rows = [
+        [
+            age(r.updated_at, now),
+            r.tenant,
+            r.intent_key,
+            r.provider,
+            r.operation,
+            r.status,
+            r.version,
+            r.last_error_class,
+            summary_text(r.summary),
+        ]
+        for r in records
+    ]
+    columns = ["age", "tenant", "intent key", "provider", "operation", "status", "v", "last error", "summary"]
+    emit(table(f"{len(records)} intent(s)", columns, rows))
+
+
+def show(key: str, *, store: StoreUrl, tenant: Tenant = DEFAULT_TENANT, as_json: AsJson = False) -> None:
+    """Everything about one intent: every field, the audit trail, evidence and approval requests."""
+    with opened(store) as ledger:
+        record = ledger.get(key, tenant=tenant)
+        audit = ledger.store.audit_trail(record.tenant, record.intent_key)
+        evidence = ledger.store.evidence_for(record.tenant, record.intent_key)
+        approvals = ledger.store.approvals(tenant=record.tenant, intent_key=record.intent_key)
+        now = ledger.clock()
+    if as_json:
+        print_json({"record": record, "audit": audit, "evidence": evidence, "approvals": approvals})
+        return
+    fields = [[name, value] for name, value in record.model_dump(mode="json").items()]
+    emit(table(f"{record.intent_key} (tenant {record.tenant})", ["field", "value"], fields))
+    emit(f"last attempt: {record.dispatched_at or 'never'} ({age(record.dispatched_at, now) or '-'} ago)")
+    emit(
+        table(
+            "audit trail",
+            ["at", "from", "to", "v", "actor", "reason"],
+            [[a.at, a.from_status, a.to_status, a.version, a.actor, a.reason] for a in audit],
+        )
+    )
+    emit(
+        table(
+            "evidence",
+            ["received", "source", "event", "kind", "verdict", "provider id"],
+            [[e.received_at, e.source, e.event_id, e.kind, e.verdict, e.provider_result_id] for e in evidence],
+        )
+    )
+    if approvals:
+        emit(
+            table(
+                "approval requests",
+                ["asked", "by", "as", "at v", "state", "decided by", "reason"],
+                [
+                    [a.created_at, a.requested_by, a.to_status, a.expected_version, a.state, a.decided_by, a.reason]
+                    for a in approvals
+                ],
+            )
+        )
+    if record.status is EffectStatus.UNKNOWN:
+        emit(f"to resolve it, pass --expect-version {record.version}")
+
+
+def lookup(
+    key: str, store: StoreUrl, tenant: Tenant = DEFAULT_TENANT, adapters: AdaptersSpec = None, as_json: AsJson = False
+) -> None:
+    """Ask the provider whether the effect happened; shows the answer and changes nothing."""
+    with opened(store) as ledger:
+        record = ledger.get(key, tenant=tenant)
+        found = adapter_for(adapters, record.provider).lookup(record)
+    answer = {
+        "intent_key": record.intent_key,
+        "tenant": record.tenant,
+        "provider": record.provider,
+        "record_status": record.status,
+        "record_version": record.version,
+        "lookup_status": found.status,
+        "method": found.method,
+        "provider_result_id": found.provider_result_id,
+        "evidence": found.evidence,
+        "detail": dict(found.detail),
+    }
+    if as_json:
+        print_json(answer)
+        return
+    emit(table(f"lookup of {record.intent_key} (nothing was changed)", ["", ""], [[k, v] for k, v in answer.items()]))

@@ -1,0 +1,55 @@
+"""``reconcile``: one sweep (or a loop) settling unknowns by provider lookup; never redispatches."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import asdict
+from typing import Annotated
+
+import typer
+
+from safe_effects._adapter_registry import load_adapters
+from safe_effects._metrics import PrometheusObserver, serve
+from safe_effects._reconciler import Reconciler, ReconcileReport
+
+from ._common import AdaptersSpec, AsJson, StoreUrl, emit, opened, print_json, table
+
+
+def _show(report: ReconcileReport, as_json: bool) -> None:
+    if as_json:
+        print_json({"counts": report.counts(), "items": [asdict(item) for item in report.items]})
+        return
+    rows = [[i.tenant, i.intent_key, i.provider, i.before, i.outcome, i.method, i.note] for i in report.items]
+    columns = ["tenant", "intent key", "provider", "was", "outcome", "method", "note"]
+    counts = ", ".join(f"{k}={v}" for k, v in sorted(report.counts().items())) or "nothing to do"
+    emit(table(f"reconciled: {counts}", columns, rows))
+
+
+def reconcile(
+    *,
+    store: StoreUrl,
+    adapters: AdaptersSpec = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Records per sweep.")] = 100,
+    loop: Annotated[bool, typer.Option("--loop", help="Sweep every --interval seconds until interrupted.")] = False,
+    interval: Annotated[float, typer.Option("--interval", min=0.1)] = 30.0,
+    metrics_port: Annotated[
+        int | None, typer.Option("--metrics-port", help="Serve this process's reconciler counters (with --loop).")
+    ] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Look unknown and abandoned in-flight intents up at their provider; inconclusive ones stay unknown."""
+    observer = None
+    if metrics_port is not None:
+        observer = PrometheusObserver()
+        serve(observer.registry, port=metrics_port)
+    with opened(store, worker_id=f"reconciler:{socket.gethostname()}:{os.getpid()}") as ledger:
+        if observer is not None:
+            ledger.observer = observer
+        reconciler = Reconciler(ledger, load_adapters(adapters))
+        while True:
+            _show(reconciler.run_once(limit=limit), as_json)
+            if not loop:
+                return
+            time.sleep(interval)

@@ -1,0 +1,121 @@
+"""Operator decisions: ``resolve``, ``approve``, ``decline``, ``pending`` (two-person rule above a threshold)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+
+from safe_effects._approvals import Approval
+from safe_effects._operator import Decision, Operator, actor
+from safe_effects._states import EffectStatus
+from safe_effects._tenants import DEFAULT_TENANT
+from safe_effects._thresholds import ENV_THRESHOLDS, ApprovalThresholds
+
+from ._common import AsJson, OperatorName, ReasonText, StoreUrl, Tenant, emit, opened, print_json, table
+
+
+class Settle(StrEnum):
+    CONFIRMED = "confirmed"
+    REJECTED = "rejected"
+
+
+Thresholds = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--approval-threshold",
+        help=f"e.g. usd=100000 (minor units); can only tighten {ENV_THRESHOLDS}, which is also read.",
+    ),
+]
+
+
+def _report(decision: Decision, as_json: bool) -> None:
+    if as_json:
+        print_json({"record": decision.record, "approval": decision.approval, "pending": decision.pending})
+        return
+    record, approval = decision.record, decision.approval
+    if decision.pending and approval is not None:
+        emit(
+            f"pending: {record.intent_key} stays {record.status} v{record.version} until another operator runs\n"
+            f"  safe-effects approve {record.intent_key} --tenant {record.tenant} --operator <someone else>\n"
+            f"  ({approval.reason})"
+        )
+        return
+    resolution = record.resolution
+    by = f" by {resolution.operator}" if resolution and resolution.operator else ""
+    approved = f", approved by {resolution.approved_by}" if resolution and resolution.approved_by else ""
+    emit(f"{record.intent_key} is now {record.status} v{record.version}{by}{approved}")
+
+
+def resolve(
+    key: str,
+    *,
+    store: StoreUrl,
+    to: Annotated[Settle, typer.Option("--as", help="What the evidence shows happened.")],
+    operator: OperatorName,
+    reason: ReasonText,
+    expect_version: Annotated[int, typer.Option("--expect-version", help="The version `show` displayed.")],
+    provider_id: Annotated[str | None, typer.Option("--provider-id", help="Provider's id (to confirm).")] = None,
+    evidence: Annotated[str | None, typer.Option("--evidence", help="Where you saw it (to confirm).")] = None,
+    tenant: Tenant = DEFAULT_TENANT,
+    approval_threshold: Thresholds = None,
+    as_json: AsJson = False,
+) -> None:
+    """Settle an unknown intent as confirmed or rejected, if it is still at the version you looked at."""
+    thresholds = ApprovalThresholds.configured(*(approval_threshold or []))
+    with opened(store, worker_id=actor(operator)) as ledger:
+        decision = Operator(ledger, thresholds=thresholds).resolve(
+            key,
+            to=EffectStatus(to.value),
+            operator=operator,
+            reason=reason,
+            expect_version=expect_version,
+            tenant=tenant,
+            provider_result_id=provider_id,
+            evidence=evidence,
+        )
+    _report(decision, as_json)
+
+
+def approve(
+    key: str,
+    *,
+    store: StoreUrl,
+    operator: OperatorName,
+    tenant: Tenant = DEFAULT_TENANT,
+    reason: Annotated[str | None, typer.Option("--reason", help="Optional note from the approver.")] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Apply another operator's pending resolution (you cannot approve your own)."""
+    with opened(store, worker_id=actor(operator)) as ledger:
+        decision = Operator(ledger).approve(key, operator=operator, tenant=tenant, reason=reason)
+    _report(decision, as_json)
+
+
+def decline(
+    key: str, store: StoreUrl, operator: OperatorName, reason: ReasonText, tenant: Tenant = DEFAULT_TENANT
+) -> None:
+    """Refuse a pending resolution (or withdraw your own); the intent stays unknown."""
+    with opened(store, worker_id=actor(operator)) as ledger:
+        decision = Operator(ledger).decline(key, operator=operator, reason=reason, tenant=tenant)
+    emit(f"declined: {decision.record.intent_key} stays {decision.record.status} v{decision.record.version}")
+
+
+def pending(
+    *,
+    store: StoreUrl,
+    tenant: Annotated[str | None, typer.Option("--tenant", help="Only this tenant.")] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Resolutions waiting for a second operator, oldest first."""
+    with opened(store) as ledger:
+        waiting: list[Approval] = Operator(ledger).pending(tenant=tenant)
+    if as_json:
+        print_json(waiting)
+        return
+    rows = [
+        [a.created_at, a.tenant, a.intent_key, a.to_status, a.expected_version, a.requested_by, a.reason]
+        for a in waiting
+    ]
+    emit(table(f"{len(waiting)} pending", ["asked", "tenant", "intent key", "as", "at v", "by", "reason"], rows))

@@ -1,0 +1,46 @@
+"""The ``--adapters`` target the ops tests pass to the CLI: the generic fake, located through the environment."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from safe_effects import EffectRecord, LookupResult, ProviderAdapter
+from safe_effects.testing import GenericFakeAdapter, GenericFakeProvider
+
+FAKE_ENV = "SAFE_EFFECTS_OPS_FAKE"
+DELAY_ENV = "SAFE_EFFECTS_OPS_LOOKUP_DELAY"
+
+
+class SlowLookups(GenericFakeAdapter):
+    """Lookups that take a moment, so two reconciler processes really overlap."""
+
+    def lookup(self, record: EffectRecord) -> LookupResult:
+        time.sleep(float(os.environ.get(DELAY_ENV, "0")))
+        return GenericFakeAdapter.lookup(self, record)
+
+
+def make_adapter(path: str, *, retention_days: int | None = None) -> GenericFakeAdapter:
+    adapter = SlowLookups(GenericFakeProvider(path))
+    if retention_days is not None:
+        adapter.contract = adapter.contract.model_copy(
+            update={"record_retention_minimum": timedelta(days=retention_days)}
+        )
+    return adapter
+
+
+def from_env(env: Mapping[str, str]) -> ProviderAdapter[Any]:
+    """The shape of a ``safe_effects.adapters`` entry point: build the adapter from environment variables."""
+    return make_adapter(env[FAKE_ENV])
+
+
+def adapters() -> dict[str, ProviderAdapter[Any]]:
+    return {"fake": make_adapter(os.environ[FAKE_ENV])}
+
+
+def long_retention() -> dict[str, ProviderAdapter[Any]]:
+    """A provider whose contract keeps records a year: purge must respect it."""
+    return {"fake": make_adapter(os.environ[FAKE_ENV], retention_days=365)}

@@ -1,0 +1,68 @@
+"""list, show and lookup: what an operator sees, as tables and JSON, changing nothing."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from conftest import Ops
+
+ADAPTERS = "ops_fake_adapters:adapters"
+
+KEY = "invoice:inv_1:collect:v1"
+
+
+def test_list_shows_unknowns_oldest_first_with_summary(ops: Ops) -> None:
+    ops.unknown("invoice:inv_1:collect:v1", amount=5000)
+    ops.unknown("invoice:inv_2:collect:v1", happened=False)
+    ops.confirmed("invoice:inv_3:collect:v1")
+    listed = ops.cli_json("list")
+    assert [r["intent_key"] for r in listed] == ["invoice:inv_1:collect:v1", "invoice:inv_2:collect:v1"]
+    assert listed[0]["summary"] == {"amount": "5000", "currency": "usd"}
+    assert listed[0]["age_seconds"] >= 0
+    everything = ops.cli_json("list", "--status", "unknown", "--status", "confirmed")
+    assert len(everything) == 3
+    table = ops.cli("list")
+    assert table.exit_code == 0
+    assert "2 intent(s)" in table.stdout
+    assert "amount=5000" in table.stdout
+
+
+def test_show_has_every_field_audit_and_evidence(ops: Ops) -> None:
+    record = ops.unknown(KEY)
+    shown = ops.cli_json("show", KEY)
+    assert shown["record"]["version"] == record.version
+    assert shown["record"]["status"] == "unknown"
+    assert [a["to_status"] for a in shown["audit"]] == ["in_flight", "unknown"]
+    assert shown["evidence"] == []
+    assert shown["approvals"] == []
+    table = ops.cli("show", KEY)
+    assert table.exit_code == 0
+    assert f"--expect-version {record.version}" in table.stdout
+    assert "audit trail" in table.stdout
+
+
+def test_lookup_reports_without_changing(ops: Ops) -> None:
+    record = ops.unknown(KEY)
+    found = ops.cli_json("lookup", KEY, "--adapters", ADAPTERS)
+    assert found["lookup_status"] == "found"
+    assert found["provider_result_id"] == ops.fake.effects()[0].result_id
+    after = ops.ledger.get(KEY)
+    assert (after.status, after.version) == (record.status, record.version)
+
+
+def test_errors_are_one_line_on_stderr_without_traceback(ops: Ops) -> None:
+    ops.unknown(KEY)
+    missing = ops.cli("show", "invoice:nope:collect:v1")
+    assert missing.exit_code == 1
+    assert missing.stderr.startswith("error [intent_not_found]: no effect recorded")
+    assert "Traceback" not in missing.output
+    bad_key = ops.cli("show", "not-a-key")
+    assert bad_key.exit_code == 1
+    assert "invalid_intent_key" in bad_key.stderr
+    no_adapter = ops.cli("lookup", KEY, "--adapters", "no_such_module:adapters")
+    assert no_adapter.exit_code == 1
+    assert "cannot be loaded" in no_adapter.stderr
+    bad_store = ops.cli("list", env={"SAFE_EFFECTS_STORE": "mysql://x"})
+    assert bad_store.exit_code == 1
+    assert "unknown store URL scheme" in bad_store.stderr

@@ -1,0 +1,124 @@
+"""The reconciler settles what lookups prove, leaves the rest unknown, paces lookups, and races safely."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from safe_effects import EffectRequest, LeasePolicy, Ledger, LookupKind, LookupMethod, Reconciler
+from safe_effects.testing import FakeClock, GenericFakeAdapter
+
+if TYPE_CHECKING:
+    from conftest import Ops
+
+ADAPTERS = "ops_fake_adapters:adapters"
+
+
+def test_run_once_confirms_found_and_keeps_inconclusive_unknown(ops: Ops) -> None:
+    ops.unknown("invoice:a:collect:v1")
+    ops.unknown("invoice:b:collect:v1", happened=False)
+    report = Reconciler(ops.ledger, {"fake": ops.adapter}).run_once(limit=10)
+    assert report.counts() == {"confirmed": 1, "unknown": 1}
+    assert report.settled == 1
+    found = ops.ledger.get("invoice:a:collect:v1")
+    assert found.status == "confirmed"
+    assert found.resolution is not None
+    assert found.resolution.method == "lookup:search"
+    assert ops.ledger.get("invoice:b:collect:v1").status == "unknown"
+    assert len(ops.fake.effects()) == 1  # nothing was redispatched
+
+
+def test_expired_in_flight_is_reconciled_and_live_one_left_alone(ops: Ops) -> None:
+    clock = FakeClock()
+    lease = LeasePolicy(duration=timedelta(seconds=60))
+    ledger = Ledger(ops.ledger.store, clock=clock, lease=lease, worker_id="worker-1")
+    request = EffectRequest(operation="charge", params={"n": 1})
+    lost = ledger.prepare(ops.adapter, request, intent_key="invoice:lost:collect:v1")
+    ops.ledger.store.transition(lost, "in_flight", now=clock(), actor="worker-1", changes={
+        "lease_owner": "worker-1", "lease_expires_at": clock() + timedelta(seconds=60)})  # fmt: skip
+    clock.advance(timedelta(seconds=61))
+    live = ledger.prepare(
+        ops.adapter, EffectRequest(operation="charge", params={"n": 2}), intent_key="invoice:live:collect:v1"
+    )
+    ops.ledger.store.transition(live, "in_flight", now=clock(), actor="worker-2", changes={
+        "lease_owner": "worker-2", "lease_expires_at": clock() + timedelta(seconds=60)})  # fmt: skip
+    report = Reconciler(ledger, {"fake": ops.adapter}).run_once()
+    assert [(i.intent_key, i.before, i.outcome) for i in report.items] == [
+        ("invoice:lost:collect:v1", "in_flight", "unknown")
+    ]
+    assert ledger.get("invoice:live:collect:v1").status == "in_flight"
+
+
+def test_lookups_are_paced_by_the_contract_rate_limit(ops: Ops) -> None:
+    for n in range(4):
+        ops.unknown(f"invoice:r{n}:collect:v1")
+    slow = GenericFakeAdapter(ops.fake)
+    search = LookupMethod(kind=LookupKind.SEARCH, description="6 a minute", rate_limit_per_minute=6)
+    slow.contract = slow.contract.model_copy(update={"lookups": (search,)})
+    now = [0.0]
+    slept: list[float] = []
+    reconciler = Reconciler(ops.ledger, {"fake": slow}, max_wait=1.0, monotonic=lambda: now[0], sleep=slept.append)
+    first = reconciler.run_once()
+    assert first.counts() == {"confirmed": 1, "deferred": 3}  # one token; the next is 10 s away
+    now[0] += 9.5  # 0.5 s short of a token: it waits that long, then defers the rest
+    second = reconciler.run_once()
+    assert second.counts() == {"confirmed": 1, "deferred": 2}
+    assert slept == [pytest.approx(0.5)]
+    now[0] += 600  # a long pause refills only one token (burst of one at 6/min)
+    assert reconciler.run_once().counts() == {"confirmed": 1, "deferred": 1}
+
+
+def test_records_without_an_adapter_are_skipped(ops: Ops) -> None:
+    ops.unknown("invoice:a:collect:v1")
+    report = Reconciler(ops.ledger, {}).run_once()
+    assert report.counts() == {"skipped": 1}
+    assert ops.ledger.get("invoice:a:collect:v1").status == "unknown"
+
+
+def test_cli_reconcile_reports_json(ops: Ops) -> None:
+    ops.unknown("invoice:a:collect:v1")
+    ops.unknown("invoice:b:collect:v1", happened=False)
+    report = ops.cli_json("reconcile", "--adapters", ADAPTERS)
+    assert report["counts"] == {"confirmed": 1, "unknown": 1}
+    assert {i["intent_key"]: i["outcome"] for i in report["items"]} == {
+        "invoice:a:collect:v1": "confirmed",
+        "invoice:b:collect:v1": "unknown",
+    }
+    table = ops.cli("reconcile", "--adapters", ADAPTERS)
+    assert "reconciled: unknown=1" in table.stdout
+
+
+def test_two_reconciler_processes_settle_each_record_exactly_once(ops: Ops) -> None:
+    keys = [f"invoice:p{n}:collect:v1" for n in range(16)]
+    for key in keys:
+        ops.unknown(key)
+    env = {
+        **os.environ,
+        **ops.env,
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]),
+        "SAFE_EFFECTS_OPS_LOOKUP_DELAY": "0.05",
+    }
+    command = [sys.executable, "-m", "safe_effects.cli", "reconcile", "--adapters", ADAPTERS, "--json"]
+    workers = [
+        subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in "ab"
+    ]
+    reports = []
+    for worker in workers:
+        out, err = worker.communicate(timeout=60)
+        assert worker.returncode == 0, err
+        reports.append(json.loads(out))
+    for key in keys:
+        settled = [a for a in ops.ledger.store.audit_trail("default", key) if a.to_status == "confirmed"]
+        assert len(settled) == 1, (key, settled)
+        assert ops.ledger.get(key).status == "confirmed"
+    outcomes = Counter(i["outcome"] for r in reports for i in r["items"])
+    assert outcomes["confirmed"] == len(keys)  # each record counted as settled by exactly one process
+    assert set(outcomes) <= {"confirmed", "contended"}

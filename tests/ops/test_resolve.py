@@ -1,0 +1,170 @@
+"""resolve, approve, decline, pending: every refusal is clear and changes nothing; the two-person rule holds."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from conftest import Ops
+
+KEY = "invoice:inv_9:collect:v1"
+BIG = {"SAFE_EFFECTS_APPROVAL_THRESHOLDS": "usd=100000"}
+
+
+def resolve(ops: Ops, *extra: str, version: int, operator: str = "alice", env: dict[str, str] | None = None) -> Any:
+    return ops.cli(
+        "resolve", KEY, "--operator", operator, "--reason", "seen in the dashboard", "--expect-version",
+        str(version), *extra, env=env,
+    )  # fmt: skip
+
+
+CONFIRM = ("--as", "confirmed", "--provider-id", "fx_1", "--evidence", "dashboard:fx_1")
+
+
+def test_resolve_confirmed_records_operator_evidence_and_audit(ops: Ops) -> None:
+    record = ops.unknown(KEY)
+    result = resolve(ops, *CONFIRM, version=record.version)
+    assert result.exit_code == 0, result.output
+    assert f"{KEY} is now confirmed v{record.version + 1} by alice" in result.stdout
+    after = ops.ledger.get(KEY)
+    assert after.provider_result_id == "fx_1"
+    assert after.resolution is not None
+    assert (after.resolution.method, after.resolution.operator) == ("operator", "alice")
+    assert (after.resolution.evidence, after.resolution.reason) == ("dashboard:fx_1", "seen in the dashboard")
+    last = ops.ledger.store.audit_trail("default", KEY)[-1]
+    assert (last.from_status, last.to_status, last.actor, last.reason) == (
+        "unknown", "confirmed", "operator:alice", "seen in the dashboard",
+    )  # fmt: skip
+
+
+def test_resolve_rejected_needs_no_provider_id(ops: Ops) -> None:
+    record = ops.unknown(KEY, happened=False)
+    result = resolve(ops, "--as", "rejected", version=record.version, env={"SAFE_EFFECTS_APPROVAL_THRESHOLDS": ""})
+    assert result.exit_code == 0, result.output
+    assert ops.ledger.get(KEY).status == "rejected"
+
+
+@pytest.mark.parametrize(
+    ("args", "version_delta", "message"),
+    [
+        (("--as", "confirmed", "--evidence", "x"), 0, "to confirm, the provider's id (--provider-id) is required"),
+        (
+            ("--as", "confirmed", "--provider-id", "fx_1"),
+            0,
+            "to confirm, an evidence reference (--evidence) is required",
+        ),
+        (CONFIRM, -1, "it moved on; run `show` again"),
+        (CONFIRM, +1, "it moved on; run `show` again"),
+        (("--as", "rejected", "--reason", " "), 0, "a reason (--reason) is required"),
+    ],
+    ids=["no-provider-id", "no-evidence", "older-version", "future-version", "blank-reason"],
+)
+def test_resolve_refusals_change_nothing(ops: Ops, args: tuple[str, ...], version_delta: int, message: str) -> None:
+    record = ops.unknown(KEY)
+    trail = ops.trail(KEY)
+    result = resolve(ops, *args, version=record.version + version_delta)
+    assert result.exit_code == 1
+    assert message in result.stderr
+    assert "Traceback" not in result.output
+    assert ops.ledger.get(KEY) == record
+    assert ops.trail(KEY) == trail
+
+
+def test_resolve_refuses_unknown_intent_and_settled_records(ops: Ops) -> None:
+    missing = resolve(ops, *CONFIRM, version=1)
+    assert missing.exit_code == 1
+    assert "error [intent_not_found]" in missing.stderr
+    record = ops.confirmed(KEY)
+    trail = ops.trail(KEY)
+    settled = resolve(ops, "--as", "rejected", version=record.version)
+    assert settled.exit_code == 1
+    assert "is confirmed: only an unknown intent can be resolved" in settled.stderr
+    assert ops.ledger.get(KEY) == record
+    assert ops.trail(KEY) == trail
+
+
+def test_two_person_rule_parks_then_another_operator_applies(ops: Ops) -> None:
+    record = ops.unknown(KEY, amount=250_000)
+    trail = ops.trail(KEY)
+    asked = resolve(ops, *CONFIRM, version=record.version, env=BIG)
+    assert asked.exit_code == 0, asked.output
+    assert "pending:" in asked.stdout
+    assert ops.ledger.get(KEY) == record  # still unknown, same version
+    assert ops.trail(KEY) == trail
+    [waiting] = ops.cli_json("pending")
+    assert (waiting["intent_key"], waiting["requested_by"], waiting["expected_version"]) == (KEY, "alice", 2)
+    assert "needs approval: amount 250000 usd is at or above the 100000 usd threshold" in waiting["reason"]
+    assert "[needs approval: amount 250000 usd" in ops.cli("pending").stdout  # free text is never rich markup
+
+    own = ops.cli("approve", KEY, "--operator", " Alice ")
+    assert own.exit_code == 1
+    assert "a different operator must approve it" in own.stderr
+    assert ops.ledger.get(KEY) == record
+
+    again = resolve(ops, "--as", "rejected", version=record.version, operator="carol", env=BIG)
+    assert again.exit_code == 1
+    assert "alice already asked" in again.stderr
+
+    approved = ops.cli("approve", KEY, "--operator", "bob", "--reason", "checked the bank statement")
+    assert approved.exit_code == 0, approved.output
+    assert "confirmed v3 by alice, approved by bob" in approved.stdout
+    after = ops.ledger.get(KEY)
+    assert after.resolution is not None
+    assert (after.resolution.operator, after.resolution.approved_by) == ("alice", "bob")
+    assert after.provider_result_id == "fx_1"
+    settled = [a for a in ops.ledger.store.audit_trail("default", KEY) if a.to_status == "confirmed"]
+    assert [a.actor for a in settled] == ["operator:bob"]
+    assert ops.cli_json("pending") == []
+    assert [a["state"] for a in ops.cli_json("show", KEY)["approvals"]] == ["applied"]
+    replay = ops.cli("approve", KEY, "--operator", "dave")
+    assert replay.exit_code == 1
+    assert "no resolution is pending" in replay.stderr
+
+
+def test_threshold_option_tightens_but_cannot_loosen(ops: Ops) -> None:
+    record = ops.unknown(KEY, amount=50_000)
+    loosen = resolve(ops, *CONFIRM, "--approval-threshold", "usd=99999999", version=record.version, env=BIG)
+    assert loosen.exit_code == 0
+    assert "pending:" not in loosen.stdout  # 50000 is under the env's 100000: applied directly
+    other = ops.unknown("invoice:inv_10:collect:v1", amount=150_000)
+    loosened = ops.cli(
+        "resolve", other.intent_key, *CONFIRM, "--operator", "alice", "--reason", "r",
+        "--expect-version", str(other.version), "--approval-threshold", "usd=99999999", env=BIG,
+    )  # fmt: skip
+    assert "pending:" in loosened.stdout
+    tightened = ops.cli(
+        "resolve", "invoice:inv_11:collect:v1", "--as", "rejected", "--operator", "alice", "--reason", "r",
+        "--expect-version", str(ops.unknown("invoice:inv_11:collect:v1", amount=10, currency="eur").version),
+        "--approval-threshold", "usd=1",
+    )  # fmt: skip
+    assert "pending:" in tightened.stdout  # eur has no threshold once any is set: fails safe
+
+
+def test_stale_approval_is_refused_and_closed(ops: Ops) -> None:
+    record = ops.unknown(KEY, amount=250_000)
+    assert resolve(ops, *CONFIRM, version=record.version, env=BIG).exit_code == 0
+    # the reconciler settles it meanwhile (the provider's answer arrives)
+    reconciled = ops.cli("reconcile", "--adapters", "ops_fake_adapters:adapters")
+    assert reconciled.exit_code == 0, reconciled.output
+    moved = ops.ledger.get(KEY)
+    assert moved.status == "confirmed"
+    trail = ops.trail(KEY)
+    stale = ops.cli("approve", KEY, "--operator", "bob")
+    assert stale.exit_code == 1
+    assert "moved on since alice asked" in stale.stderr
+    assert ops.ledger.get(KEY) == moved
+    assert ops.trail(KEY) == trail
+    assert [a["state"] for a in ops.cli_json("show", KEY)["approvals"]] == ["stale"]
+
+
+def test_decline_keeps_the_record_unknown(ops: Ops) -> None:
+    record = ops.unknown(KEY, amount=250_000)
+    assert resolve(ops, *CONFIRM, version=record.version, env=BIG).exit_code == 0
+    declined = ops.cli("decline", KEY, "--operator", "bob", "--reason", "no such charge on the statement")
+    assert declined.exit_code == 0, declined.output
+    assert ops.ledger.get(KEY) == record
+    assert ops.cli("approve", KEY, "--operator", "carol").exit_code == 1
+    # a fresh request can be made after a decline
+    assert "pending:" in resolve(ops, "--as", "rejected", version=record.version, env=BIG).stdout
