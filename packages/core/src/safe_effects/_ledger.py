@@ -225,8 +225,12 @@ class Ledger:
         actor: str,
         provider_result_id: str | None = None,
         response_digest: str | None = None,
+        detail: Mapping[str, Any] | None = None,
     ) -> EffectRecord:
-        """Move an unknown record to confirmed or rejected, conditional on the state the caller saw."""
+        """Move an unknown record to confirmed or rejected, conditional on the state the caller saw.
+
+        ``detail`` lands in the audit row (operator, approver, evidence reference) next to the reason.
+        """
         now = self.clock()
         changes: dict[str, Any] = {
             "resolved_at": now,
@@ -239,7 +243,13 @@ class Ledger:
         if response_digest is not None:
             changes["response_digest"] = response_digest
         settled = self.store.transition(
-            record, to, now=now, actor=actor, reason=resolution.reason or resolution.method, changes=changes
+            record,
+            to,
+            now=now,
+            actor=actor,
+            reason=resolution.reason or resolution.method,
+            changes=changes,
+            detail=detail,
         )
         self._observe("reconciliation", settled, method=resolution.method, outcome=to.value)
         self._after_settled(settled)
@@ -600,7 +610,6 @@ class Ledger:
             found = adapter.lookup(record)
         except Exception as exc:  # a failing lookup proves nothing
             found = LookupResult(LookupStatus.INCONCLUSIVE, "lookup_error", detail={"error": repr(exc)})
-        self._observe("reconciliation", record, method=f"lookup:{found.method}", outcome=found.status.value)
         resolution = Resolution(method=f"lookup:{found.method}", evidence=found.evidence)
         if found.status is LookupStatus.FOUND:
             return self.settle(
@@ -613,10 +622,15 @@ class Ledger:
             )
         if found.status is LookupStatus.REFUSED:
             return self.settle(
-                record, S.REJECTED, resolution=resolution, actor=self.worker_id,
+                record,
+                S.REJECTED,
+                resolution=resolution,
+                actor=self.worker_id,
                 provider_result_id=found.provider_result_id,
             )
         contract = adapter.contract_for(record.operation)
+        # found and refused are counted by settle(); the rest here, so one lookup is one event
+        self._observe("reconciliation", record, method=f"lookup:{found.method}", outcome=found.status.value)
         if found.status is LookupStatus.ABSENT and contract.redispatch_when_proven_absent:
             return self.store.transition(
                 record,

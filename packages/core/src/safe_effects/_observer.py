@@ -7,8 +7,12 @@ from typing import Protocol
 
 
 class Observer(Protocol):
-    """Receives one call per notable event: ``intent_conflict``, ``claim_contended``, ``reconciliation``,
-    ``compensation``. Labels are low-cardinality strings (provider, tenant, method, outcome)."""
+    """Receives one call per notable event. Labels are low-cardinality strings.
+
+    From the executor: ``intent_conflict``, ``claim_contended``, ``compensation`` (provider, tenant) and
+    ``reconciliation`` (provider, tenant, method, outcome — one per settlement or inconclusive lookup). From
+    the reconciler: ``reconcile_attempt`` (provider, outcome) and ``reconciler_run`` (one per sweep).
+    """
 
     def on_event(self, event: str, labels: Mapping[str, str]) -> None: ...
 

@@ -80,7 +80,12 @@ class Operator:
         if why is None:
             resolution = Resolution(method=OPERATOR_METHOD, operator=operator, evidence=evidence, reason=reason)
             settled = self.ledger.settle(
-                record, to, resolution=resolution, actor=actor(operator), provider_result_id=provider_result_id
+                record,
+                to,
+                resolution=resolution,
+                actor=actor(operator),
+                provider_result_id=provider_result_id,
+                detail=resolution.model_dump(exclude_none=True),
             )
             return Decision(settled)
         request = Approval(
@@ -145,6 +150,7 @@ class Operator:
                 resolution=resolution,
                 actor=actor(operator),
                 provider_result_id=approval.provider_result_id,
+                detail=resolution.model_dump(exclude_none=True),
             )
         except StaleRecord:
             current = self.ledger.get(approval.intent_key, tenant=approval.tenant)
