@@ -347,10 +347,14 @@ def test_list_by_status_oldest_first_with_filters_and_limit(store: Store) -> Non
 def test_find_by_provider_key(store: Store) -> None:
     store.insert_if_absent(make(provider_key="pk_1"), actor="t")
     store.insert_if_absent(make("a:2:x:v1", provider_key="pk_2", provider="other"), actor="t")
-    assert store.find_by_provider_key("fake", "pk_1").intent_key == KEY
-    assert store.find_by_provider_key("other", "pk_2").intent_key == "a:2:x:v1"
-    assert store.find_by_provider_key("other", "pk_1") is None
-    assert store.find_by_provider_key("fake", "nope") is None
+    store.insert_if_absent(make(tenant="acme", provider_key="pk_1", at=T0 + timedelta(minutes=1)), actor="t")
+    assert [(r.tenant, r.intent_key) for r in store.find_by_provider_key("fake", "pk_1")] == [
+        ("default", KEY),
+        ("acme", KEY),
+    ]
+    assert [r.intent_key for r in store.find_by_provider_key("other", "pk_2")] == ["a:2:x:v1"]
+    assert store.find_by_provider_key("other", "pk_1") == []
+    assert store.find_by_provider_key("fake", "nope") == []
 
 
 def test_evidence_is_stored_once_per_event(store: Store) -> None:

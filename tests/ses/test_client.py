@@ -55,7 +55,7 @@ def test_v2_send_puts_intent_tenant_and_configuration_set_on_the_wire(
     assert answer["SafeEffects"] == {"FromLedger": False, "IntentKey": KEY, "Tenant": "acme.eu", "Status": "confirmed"}
     record = ledger.get(KEY, tenant="acme.eu")
     assert record.provider_key == "signup-u_5f1-welcome-v1"
-    assert ledger.store.find_by_provider_key("ses", "signup-u_5f1-welcome-v1") == record
+    assert ledger.store.find_by_provider_key("ses", "signup-u_5f1-welcome-v1") == [record]
 
 
 def test_v1_send_email_tags_go_on_the_wire_and_the_callers_configuration_set_wins(

@@ -120,7 +120,7 @@ class PostgresStore:
         )
         self._list_head = _render(select + sql.SQL("WHERE status = ANY(%s)"))
         self._by_provider_key = _render(
-            select + sql.SQL("WHERE provider = %s AND provider_key = %s ORDER BY created_at LIMIT 1")
+            select + sql.SQL("WHERE provider = %s AND provider_key = %s ORDER BY created_at")
         )
         self._audit_trail = _render(
             sql.SQL("SELECT {} FROM {} WHERE tenant_id = %s AND intent_key = %s ORDER BY id").format(
@@ -303,10 +303,10 @@ class PostgresStore:
         with self._pool.connection() as conn, conn.cursor(row_factory=self._dict_row) as cur:
             return [from_row(EffectRecord, row, self._codec) for row in cur.execute(query, params)]
 
-    def find_by_provider_key(self, provider: str, provider_key: str) -> EffectRecord | None:
+    def find_by_provider_key(self, provider: str, provider_key: str) -> list[EffectRecord]:
         with self._pool.connection() as conn, conn.cursor(row_factory=self._dict_row) as cur:
-            row = cur.execute(self._by_provider_key, (provider, provider_key)).fetchone()
-        return from_row(EffectRecord, row, self._codec) if row is not None else None
+            rows = cur.execute(self._by_provider_key, (provider, provider_key)).fetchall()
+        return [from_row(EffectRecord, row, self._codec) for row in rows]
 
     def audit_trail(self, tenant: str, intent_key: str) -> list[AuditEntry]:
         check_tenant(tenant)

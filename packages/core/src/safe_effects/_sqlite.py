@@ -255,14 +255,13 @@ class SQLiteStore:
         )
         return [from_row(EffectRecord, row, _CODEC) for row in _rows(self._conn().execute(query, params))]
 
-    def find_by_provider_key(self, provider: str, provider_key: str) -> EffectRecord | None:
+    def find_by_provider_key(self, provider: str, provider_key: str) -> list[EffectRecord]:
         rows = _rows(
             self._conn().execute(
-                f"{_SELECT} WHERE provider = ? AND provider_key = ? ORDER BY created_at LIMIT 1",
-                (provider, provider_key),
+                f"{_SELECT} WHERE provider = ? AND provider_key = ? ORDER BY created_at", (provider, provider_key)
             )
         )
-        return from_row(EffectRecord, rows[0], _CODEC) if rows else None
+        return [from_row(EffectRecord, row, _CODEC) for row in rows]
 
     def audit_trail(self, tenant: str, intent_key: str) -> list[AuditEntry]:
         rows = _rows(

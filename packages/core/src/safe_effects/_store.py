@@ -67,8 +67,11 @@ class Store(Protocol):
         """Records in ``statuses``, least recently updated first, through the (status, updated_at) index."""
         ...
 
-    def find_by_provider_key(self, provider: str, provider_key: str) -> EffectRecord | None:
-        """The record whose provider key (idempotency key, tag, custom arg) is ``provider_key``."""
+    def find_by_provider_key(self, provider: str, provider_key: str) -> list[EffectRecord]:
+        """Records whose provider key (idempotency key, tag, custom arg) is ``provider_key``, oldest first.
+
+        A list: a provider key need not carry the tenant (SES tags), so two tenants may share one.
+        """
         ...
 
     def audit_trail(self, tenant: str, intent_key: str) -> list[AuditEntry]: ...

@@ -96,8 +96,9 @@ def ingest_event(ledger: Ledger, payload: str | bytes | Mapping[str, Any]) -> In
     intent, tenant = first_tag(tags, INTENT_TAG), first_tag(tags, TENANT_TAG)
     if intent is None or tenant is None:
         return IngestResult(IngestOutcome.FOREIGN, kind, reason="no safe-effects tags")
-    record = ledger.store.find_by_provider_key(PROVIDER, intent)
-    if record is None or tenant_tag(record.tenant) != tenant:
+    candidates = ledger.store.find_by_provider_key(PROVIDER, intent)
+    record = next((r for r in candidates if tenant_tag(r.tenant) == tenant), None)
+    if record is None:
         return IngestResult(IngestOutcome.UNMATCHED, kind, reason=f"no intent for tag {intent!r} / {tenant!r}")
     evidence = Evidence(
         tenant=record.tenant,
