@@ -1,26 +1,27 @@
 """Per-effect cost of the executor's ledger writes (claim + confirm) against the raw minimum.
 
-Raw minimum: one INSERT commit plus one UPDATE commit on the same table (see _raw_commits.py). Executor:
-``Ledger.execute`` with an adapter that answers instantly, so only the ledger's work is measured. Both run on
-SQLite (file, WAL, synchronous=FULL) and PostgreSQL, with 1 and 8 worker processes on distinct keys; then 8
-workers on one key (one must dispatch, seven wait and answer from the ledger).
+Raw minimum: one INSERT commit plus one UPDATE commit on the ledger's own table (``raw_pair`` in
+_harness.py). Executor: ``Ledger.execute`` with an adapter that answers instantly, so only the ledger's work
+is measured. Both run on SQLite (file, WAL, synchronous=FULL) and PostgreSQL (fresh schema, when reachable),
+with 1 and 8 worker processes on distinct keys; then 8 workers on one key (one must dispatch, seven wait and
+answer from the ledger). Raw and executor run as separate slices, alternating three times on the same worker
+processes, rather than call by call: each mode's effects/s is its own wall-clock throughput. Each store and
+worker count gets an equal share of the time bound.
 
-    .venv/bin/python bench/ledger_overhead.py [--effects 300] [--pg postgresql://postgres@127.0.0.1:5432/test]
+    .venv/bin/python bench/ledger_overhead.py [--calls 300] [--seconds 40] [--pg postgresql://postgres@127.0.0.1:5432/test]
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import multiprocessing
-import tempfile
 import time
-import uuid
+from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
 from datetime import timedelta
-from pathlib import Path
 
-from _raw_commits import median_ms, raw_pair, timed
+from _harness import StoreTarget, fresh_key, measure, median_ms, parser, raw_pair, store_targets
 
 from safe_effects import (
     EffectRecord,
@@ -32,12 +33,15 @@ from safe_effects import (
     LookupStatus,
     ProviderContract,
     Verdict,
-    open_store,
 )
 from safe_effects.testing import generic_contract
 
 CONTRACT = generic_contract()
 REQUEST = EffectRequest(operation="charge", params={"amount": 4200, "currency": "eur", "customer": "cus_1"})
+WORKER_COUNTS = (1, 8)
+ONE_KEY_WORKERS = 8  # after the distinct-key run with this many workers, the same pool races on one key
+MODES = ("raw", "executor")
+SLICES = 3  # raw and executor slices alternate this many times per worker count
 
 
 class InstantAdapter:
@@ -67,64 +71,99 @@ class InstantAdapter:
         return LookupResult(LookupStatus.INCONCLUSIVE, "none")
 
 
-def _run(mode: str, url: str, count: int, shared_key: str | None) -> list[float]:
+Span = tuple[list[float], float, float]  # per-effect seconds, wall-clock start and end of the measured calls
+
+
+def _timed(series: Mapping[str, Callable[[], object]], count: int, seconds: float, warmup: int) -> Span:
+    measure(series, rounds=0, seconds=seconds, warmup=warmup)
+    start = time.time()  # wall clock: comparable across the worker processes
+    samples = next(iter(measure(series, rounds=count, seconds=seconds, warmup=0).values()))
+    return samples, start, time.time()
+
+
+def _slice(mode: str, url: str, count: int, seconds: float, shared_key: str | None) -> Span:
+    """In a worker process: ``count`` raw pairs or executor calls after 5 warm-up ones (none on one key)."""
     if mode == "raw":
-        with raw_pair(url) as one:
-            timed(one, 5)
-            return timed(one, count)
+        with raw_pair(url) as pair:
+            return _timed({mode: lambda: pair(fresh_key())}, count, seconds, 5)
     adapter = InstantAdapter()
     lease = LeasePolicy(poll_interval=0.002, wait_for_other=timedelta(seconds=60))
     with Ledger.open(url, lease=lease) as ledger:
-        def one(key: str) -> None:
-            ledger.execute(adapter, REQUEST, intent_key=shared_key or key)
-
-        timed(one, 0 if shared_key else 5)
-        return timed(one, count)
+        key = shared_key
+        series = {mode: lambda: ledger.execute(adapter, REQUEST, intent_key=key or fresh_key("charge"))}
+        return _timed(series, count, seconds, 0 if shared_key else 5)
 
 
-def measure(mode: str, url: str, workers: int, count: int, shared_key: str | None = None) -> tuple[float, float]:
-    """Median per-effect milliseconds and effects per second over ``workers`` processes."""
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        pool.submit(time.sleep, 0).result()  # start the workers before the clock
-        start = time.perf_counter()
-        parts = list(pool.map(_run, [mode] * workers, [url] * workers, [count] * workers, [shared_key] * workers))
-        elapsed = time.perf_counter() - start
-    samples = [s for part in parts for s in part]
-    return median_ms(samples), len(samples) / elapsed
+@dataclass
+class Tally:
+    """One mode's effects over its slices: per-effect seconds and the summed wall-clock span of the slices."""
+
+    samples: list[float] = field(default_factory=list)
+    elapsed: float = 0.0
+
+    def add(self, spans: list[Span]) -> None:
+        """A slice run by all workers at once: its span runs from the first start to the last end."""
+        self.samples.extend(s for part, _, _ in spans for s in part)
+        self.elapsed += max(end for _, _, end in spans) - min(start for _, start, _ in spans)
+
+    @property
+    def rate(self) -> float:
+        return len(self.samples) / self.elapsed if self.elapsed > 0 else float("nan")
+
+
+def run_slice(
+    pool: ProcessPoolExecutor, workers: int, mode: str, url: str, *, count: int, seconds: float, key: str | None = None
+) -> list[Span]:
+    """One slice: every worker runs :func:`_slice` once, all at the same time."""
+    return list(pool.map(_slice, *([arg] * workers for arg in (mode, url, count, seconds, key))))
+
+
+def compare_modes(pool: ProcessPoolExecutor, workers: int, url: str, calls: int, seconds: float) -> dict[str, Tally]:
+    """Raw and executor slices alternating ``SLICES`` times on ``workers`` processes (drift hits both alike).
+
+    Effects per second: measured effects over the summed slice spans (each from the first worker's first
+    measured call to the last worker's last one: process start-up, connections and warm-up are outside it).
+    """
+    tallies = {mode: Tally() for mode in MODES}
+    for _ in range(SLICES):
+        for mode in MODES:
+            count, bound = -(-calls // SLICES), seconds / (SLICES * len(MODES))
+            tallies[mode].add(run_slice(pool, workers, mode, url, count=count, seconds=bound))
+    return tallies
+
+
+def one_key(pool: ProcessPoolExecutor, workers: int, target: StoreTarget) -> None:
+    """``workers`` processes execute the same new intent at once: one dispatches, the others wait for it."""
+    key = fresh_key("one-key")
+    spans = run_slice(pool, workers, "executor", target.url, count=1, seconds=60.0, key=key)
+    one_ms = median_ms([s for part, _, _ in spans for s in part])
+    with Ledger.open(target.url) as ledger:
+        dispatches = ledger.get(key).attempt_count
+    print(f"{target.name:<9} {workers} on one key: median {one_ms:.2f} ms per call, provider dispatches: {dispatches}")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--effects", type=int, default=300, help="effects per worker per run")
-    parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/test")
-    args = parser.parse_args()
-
-    workdir = Path(tempfile.mkdtemp(prefix="se-bench-"))
-    schema = f"se_bench_{uuid.uuid4().hex[:8]}"
-    stores = {"sqlite": f"sqlite:///{workdir / 'ledger.db'}", "postgres": f"{args.pg}?schema={schema}"}
-    print(f"{'store':9} {'workers':>7} {'raw ms':>8} {'exec ms':>8} {'ratio':>6} {'raw/s':>8} {'exec/s':>8}")
-    try:
-        for name, url in stores.items():
-            store = open_store(url)
-            store.migrate()
-            store.close()
-            for workers in (1, 8):
-                raw_ms, raw_rate = measure("raw", url, workers, args.effects)
-                exec_ms, exec_rate = measure("executor", url, workers, args.effects)
-                print(f"{name:9} {workers:>7} {raw_ms:>8.2f} {exec_ms:>8.2f} {exec_ms / raw_ms:>6.2f} "
-                      f"{raw_rate:>8.0f} {exec_rate:>8.0f}")
-            key = f"bench:{uuid.uuid4().hex}:one-key:v1"
-            one_ms, _ = measure("executor", url, 8, 1, shared_key=key)
-            with Ledger.open(url) as ledger:
-                attempts = ledger.get(key).attempt_count
-            print(f"{name:9} 8 on one key: median {one_ms:.2f} ms per call, provider dispatches: {attempts}")
-    finally:
-        if "postgres" in stores:
-            import psycopg
-
-            with psycopg.connect(args.pg, autocommit=True) as conn:
-                conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    args = parser(__doc__ or "", calls=300).parse_args()
+    ctx = multiprocessing.get_context("spawn")
+    with store_targets(args.pg) as targets:
+        budget = args.seconds / (len(targets) * len(WORKER_COUNTS))
+        print(
+            f"{'store':<9} {'workers':>7} {'n raw':>6} {'n exec':>6} {'raw ms':>8} {'exec ms':>8} {'ratio':>6} "
+            f"{'raw/s':>7} {'exec/s':>7}"
+        )
+        for target in targets:
+            for workers in WORKER_COUNTS:
+                with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+                    tallies = compare_modes(pool, workers, target.url, args.calls, budget)
+                    raw, executor = tallies["raw"], tallies["executor"]
+                    raw_ms, exec_ms = median_ms(raw.samples), median_ms(executor.samples)
+                    print(
+                        f"{target.name:<9} {workers:>7} {len(raw.samples):>6} {len(executor.samples):>6} "
+                        f"{raw_ms:>8.2f} {exec_ms:>8.2f} {exec_ms / raw_ms:>6.2f} "
+                        f"{raw.rate:>7.0f} {executor.rate:>7.0f}"
+                    )
+                    if workers == ONE_KEY_WORKERS:
+                        one_key(pool, workers, target)
 
 
 if __name__ == "__main__":

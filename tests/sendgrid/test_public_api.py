@@ -10,6 +10,7 @@ def test_all_is_pinned() -> None:
     assert sorted(sendgrid_safe.__all__) == sorted(
         [
             "SendGridAPIClient",
+            "adapter_from_env",
             "LedgerResponse",
             "SendGridAdapter",
             "CONTRACT",

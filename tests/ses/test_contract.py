@@ -30,6 +30,7 @@ def test_no_lookup_can_prove_absence() -> None:
 
 def test_public_api() -> None:
     assert ses_safe.__all__ == [
+        "adapter_from_env",
         "client",
         "SafeSESClient",
         "SafeSESv2Client",

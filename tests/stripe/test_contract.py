@@ -76,6 +76,7 @@ def test_public_api_is_pinned() -> None:
     assert sorted(stripe_safe.__all__) == sorted(
         [
             "StripeClient",
+            "adapter_from_env",
             "StripeAdapter",
             "StripeCall",
             "StripeTransport",

@@ -2,6 +2,7 @@
 
 from ._adapter import SendGridAdapter
 from ._client import LedgerResponse
+from ._from_env import adapter_from_env
 from ._rules import (
     CONTRACT,
     INTENT_ARG,
@@ -24,6 +25,7 @@ from ._wrapper import SendGridAPIClient
 from ._wsgi import make_wsgi_app
 
 __all__ = [
+    "adapter_from_env",
     # the drop-in client
     "SendGridAPIClient",
     "LedgerResponse",

@@ -5,10 +5,12 @@ from ._classify import FINAL_CODES, RETRYABLE_CODES, classify
 from ._client import INTENT_KWARG, MissingConfigurationSet, SafeSESClient, SafeSESv2Client, boundary_config, client
 from ._contract import CONTRACTS, PROVIDER, send_contract
 from ._events import IngestOutcome, IngestResult, ingest_event, unwrap
+from ._from_env import adapter_from_env
 from ._poller import SQSEventPoller
 from ._tags import INTENT_TAG, TENANT_TAG, ReservedTagName, intent_tag, tenant_tag
 
 __all__ = [
+    "adapter_from_env",
     # clients
     "client",
     "SafeSESClient",

@@ -13,8 +13,10 @@ from ._contract import (
     provider_key,
     search_query,
 )
+from ._from_env import adapter_from_env
 
 __all__ = [
+    "adapter_from_env",
     "StripeClient",
     "StripeAdapter",
     "StripeCall",

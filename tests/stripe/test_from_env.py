@@ -1,0 +1,42 @@
+"""The reconciler's adapter from the environment: settles a lost create by search, and never writes."""
+
+from __future__ import annotations
+
+import pytest
+
+from safe_effects import EffectStatus, EffectUnknown, SafeEffectsError
+from safe_effects.testing import Fault
+from stripe_safe import adapter_from_env
+
+from .conftest import KEY, PI, Env
+
+
+def test_lookup_only_adapter_confirms_a_lost_create_without_posting(env: Env) -> None:
+    env.fake.inject(Fault.drop_after_commit(path_prefix="/v1/payment_intents"))
+    with pytest.raises(EffectUnknown):
+        env.client.v1.payment_intents.create(params=PI, options={"idempotency_key": KEY})  # type: ignore[arg-type]
+    adapter = adapter_from_env({"STRIPE_API_KEY": "sk_test_reconciler", "STRIPE_API_BASE": env.fake.url})
+
+    record = env.ledger.reconcile(adapter, intent_key=KEY)
+
+    assert record.status is EffectStatus.CONFIRMED
+    assert record.provider_result_id == env.fake.payment_intents[0]["id"]
+    assert record.resolution is not None
+    assert record.resolution.method.startswith("lookup:")
+    assert env.posts() == 1
+    assert env.fake.effect_count("payment_intents.create") == 1
+
+
+def test_lookup_only_adapter_refuses_to_write(env: Env) -> None:
+    adapter = adapter_from_env({"STRIPE_API_KEY": "sk_test_reconciler", "STRIPE_API_BASE": env.fake.url})
+    with pytest.raises(SafeEffectsError, match="only looks effects up"):
+        adapter.dispatch(env_request(), "invoice:inv_1:collect:v1")
+    assert env.posts() == 0
+
+
+def env_request():  # noqa: ANN201 - a minimal request the refusing transport never sends
+    from safe_effects import EffectRequest
+    from stripe_safe._adapter import StripeCall
+
+    call = StripeCall("post", "/v1/customers", {}, {}, "api", None)
+    return EffectRequest(operation="customers.create", params={}, payload=call)
