@@ -1,6 +1,19 @@
-"""Test helpers shipped with safe-effects: a movable clock and the HTTP fake every provider fake builds on."""
+"""Test helpers shipped with safe-effects: a movable clock, the HTTP fake every provider fake builds on, crash
+traps, both-sides assertions and fault cassettes (vcrpy, ``safe-effects[testing]``, imported only when used)."""
 
+from ._assertions import assert_effect
+from ._cassettes import (
+    CassetteReplay,
+    EffectRule,
+    ReplayCall,
+    ReplayedRequest,
+    ReplayFault,
+    ReplayFaultKind,
+    fault_cassette,
+    write_succeeded,
+)
 from ._clock import FakeClock
+from ._crash_kit import CrashKit, Trap
 from ._generic_fake import (
     FakeDeclined,
     FakeEffect,
@@ -14,6 +27,7 @@ from ._generic_fake import (
     generic_contract,
 )
 from ._http_fake import Exchange, FakeHTTPServer, FakeRequest, FakeResponse, Fault, FaultKind
+from ._watch import FaultWatch
 
 __all__ = [
     "FakeClock",
@@ -33,4 +47,18 @@ __all__ = [
     "FakeRateLimited",
     "FakeDeclined",
     "FakeServerError",
+    # the pytest plugin's helpers
+    "assert_effect",
+    "CrashKit",
+    "Trap",
+    "FaultWatch",
+    # fault cassettes
+    "fault_cassette",
+    "CassetteReplay",
+    "ReplayFault",
+    "ReplayFaultKind",
+    "ReplayCall",
+    "ReplayedRequest",
+    "EffectRule",
+    "write_succeeded",
 ]

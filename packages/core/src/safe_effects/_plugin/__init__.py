@@ -1,0 +1,1 @@
+"""The pytest plugin's parts; ``safe_effects.pytest_plugin`` is the module pytest loads."""

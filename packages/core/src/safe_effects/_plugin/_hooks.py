@@ -1,0 +1,42 @@
+"""Hooks: register the marker, validate its options before any fixture runs, note whether the test body failed."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+
+import pytest
+
+from ._options import SafeEffectsOptions
+
+OPTIONS = pytest.StashKey[SafeEffectsOptions]()
+CALL_FAILED = pytest.StashKey[bool]()
+
+MARKER = (
+    "safe_effects(*, store='auto'|'sqlite'|'postgres', assert_all_fired=True, crash_at=(), cassette_dir=None): "
+    "per-test options of the safe-effects plugin"
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", MARKER)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Parse the options once per test, so a typo fails even a test that uses none of the fixtures."""
+    markers = [(m.args, m.kwargs) for m in item.iter_markers("safe_effects")]
+    try:
+        item.stash[OPTIONS] = SafeEffectsOptions.from_markers(markers)
+    except (TypeError, ValueError) as bad:
+        pytest.fail(str(bad), pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test body is reported on its own; teardown checks then stay quiet instead of piling on."""
+    report = yield
+    if report.when == "call" and report.failed:
+        item.stash[CALL_FAILED] = True
+    return report

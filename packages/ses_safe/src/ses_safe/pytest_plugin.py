@@ -1,0 +1,44 @@
+"""pytest plugin of ses-safe (entry point ``pytest11``): ``fake_ses``, a fault proxy in front of a moto server.
+
+One moto server per session (``ses_moto_url``, emptied before each test); the proxy is per test and its
+transport faults are checked at teardown through the core plugin's ``safe_faults``. moto comes with
+``ses-safe[testing]`` and is imported only when a fixture is used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+from safe_effects import MissingDependency
+
+if TYPE_CHECKING:
+    from safe_effects.testing import FaultWatch
+    from ses_safe.testing import MotoFaultProxy
+
+
+@pytest.fixture(scope="session")
+def ses_moto_url() -> Iterator[str]:
+    """A moto server on 127.0.0.1 for the whole session."""
+    try:
+        from moto.server import ThreadedMotoServer  # noqa: PLC0415  # optional extra: ses-safe[testing]
+    except ImportError as error:
+        raise MissingDependency("moto", "testing", distribution="ses-safe") from error
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def fake_ses(ses_moto_url: str, safe_faults: FaultWatch) -> Iterator[MotoFaultProxy]:
+    """The emptied moto server behind a fault proxy: ``ses_safe.client(..., endpoint_url=fake_ses.url)``."""
+    from ses_safe.testing import MotoFaultProxy, reset_moto  # noqa: PLC0415  # boto3 stays out of start-up
+
+    reset_moto(ses_moto_url)
+    with MotoFaultProxy(ses_moto_url) as proxy:
+        safe_faults.watch("fake_ses", proxy.server.pending_faults)
+        yield proxy

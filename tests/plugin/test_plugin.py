@@ -1,0 +1,200 @@
+"""The plugin as a user meets it, run in a pytester sandbox: fixtures, marker validation, teardown checks."""
+
+from __future__ import annotations
+
+import shutil
+
+import moto.server  # noqa: F401  # imported before pytester snapshots sys.modules: inline runs must not
+import psycopg
+import pytest
+import vcr  # noqa: F401  # re-import yaml's C loader (moto and vcrpy both use it), which breaks it
+
+from ._scenarios import CASSETTES, STRIPE_CREATE
+
+pytest_plugins = ["pytester"]
+PG_URL_ENV = "SAFE_EFFECTS_TEST_PG_URL"
+
+
+@pytest.fixture(autouse=True)
+def sandbox_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No PostgreSQL unless a test asks; no hypothesis plugin, whose summary re-imports itself in every inline run."""
+    monkeypatch.delenv(PG_URL_ENV, raising=False)
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:hypothesispytest")
+
+
+def test_the_fixtures_share_one_clock_and_a_fresh_sqlite_store(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        from safe_effects import SQLiteStore
+
+        def test_it(safe_ledger, safe_clock, safe_store_url, fake_stripe, tmp_path):
+            assert safe_ledger.clock is safe_clock is fake_stripe.clock
+            assert safe_store_url.startswith(f"sqlite:///{tmp_path}")
+            assert isinstance(safe_ledger.store, SQLiteStore)
+
+        def test_sendgrid_and_ses_fakes(fake_sendgrid, fake_ses):
+            assert fake_sendgrid.url.startswith("http://127.0.0.1:")
+            assert fake_ses.sends() == []
+        """
+    )
+    pytester.runpytest("--strict-markers").assert_outcomes(passed=2)
+
+
+def test_the_marker_is_registered(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--markers")
+    result.stdout.fnmatch_lines(["@pytest.mark.safe_effects(*, store='auto'|'sqlite'|'postgres', *"])
+
+
+@pytest.mark.parametrize(
+    ("marker", "message"),
+    [
+        (
+            'stor="sqlite"',
+            "unknown safe_effects marker option(s) stor; valid: store, assert_all_fired, crash_at, cassette_dir",
+        ),
+        ('store="mysql"', "safe_effects marker: store must be one of auto, sqlite, postgres, not 'mysql'"),
+        ('"sqlite"', "safe_effects marker takes keyword options only, got positional ('sqlite',)"),
+        ('crash_at=["nowhere"]', "safe_effects marker: crash_at takes the executor's crash points (before_dispatch, *"),
+        (
+            'crash_at="after_dispatch"',
+            "*not ('after_dispatch',); a provider-side point is a trap on a fake: safe_crash.at(...)",
+        ),
+        ('assert_all_fired="no"', "safe_effects marker: assert_all_fired must be True or False, not 'no'"),
+    ],
+)
+def test_a_bad_marker_option_errors_before_the_test_runs(pytester: pytest.Pytester, marker: str, message: str) -> None:
+    pytester.makepyfile(
+        f"""
+        import pytest
+
+        @pytest.mark.safe_effects({marker})
+        def test_it():
+            raise AssertionError("never runs")
+        """
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([f"*{message}*"])
+    result.stdout.no_fnmatch_line("*never runs*")
+
+
+def test_the_closest_marker_wins_option_by_option(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        pytestmark = pytest.mark.safe_effects(store="sqlite", cassette_dir="recorded")
+
+        @pytest.mark.safe_effects(assert_all_fired=False, cassette_dir="elsewhere")
+        def test_it(safe_options):
+            assert (safe_options.store, safe_options.assert_all_fired, safe_options.cassette_dir) == (
+                "sqlite", False, "elsewhere"
+            )
+        """
+    )
+    pytester.runpytest().assert_outcomes(passed=1)
+
+
+UNFIRED = """
+import pytest
+from safe_effects.testing import Fault
+
+{marker}
+def test_it(fake_stripe):
+    fake_stripe.inject(Fault.status_code(503))
+    {body}
+"""
+
+
+def test_a_fault_that_never_fired_fails_the_test_at_teardown(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(UNFIRED.format(marker="", body="pass"))
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*1 fault(s) set up by this test never fired:",
+            "*- fake_stripe: Fault(kind=<FaultKind.STATUS: 'status'>, status=503*",
+            "*opt out with @pytest.mark.safe_effects(assert_all_fired=False)",
+        ]
+    )
+
+
+def test_the_teardown_check_can_be_turned_off(pytester: pytest.Pytester) -> None:
+    marker = "@pytest.mark.safe_effects(assert_all_fired=False)"
+    pytester.makepyfile(UNFIRED.format(marker=marker, body="pass"))
+    pytester.runpytest().assert_outcomes(passed=1)
+
+
+def test_a_failing_test_is_not_buried_under_teardown_complaints(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(UNFIRED.format(marker="", body="assert False, 'the real failure'"))
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*the real failure*"])
+
+
+def test_an_unfired_cassette_fault_and_a_crash_trap_fail_at_teardown(pytester: pytest.Pytester) -> None:
+    (pytester.path / "recorded").mkdir()
+    shutil.copy(CASSETTES / STRIPE_CREATE, pytester.path / "recorded" / "charge.yaml")
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.safe_effects(cassette_dir="recorded")
+        def test_it(safe_cassette, safe_crash, fake_stripe):
+            safe_crash.at(fake_stripe.server, "after_dispatch", pid=12345678)
+            with safe_cassette("charge.yaml", faults={0: "429"}):
+                pass
+        """
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*2 fault(s) set up by this test never fired:",
+            "*- safe_crash: Trap(point=<CrashPoint.AFTER_DISPATCH: 'after_dispatch'>, *pid=12345678*",
+            "*- cassette charge.yaml: interaction 0 (POST /v1/payment_intents): status",
+        ]
+    )
+
+
+def test_store_postgres_without_a_database_url_skips_visibly(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.safe_effects(store="postgres")
+        def test_it(safe_ledger):
+            raise AssertionError("never runs")
+        """
+    )
+    result = pytester.runpytest("-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines([f"*store='postgres' needs {PG_URL_ENV}*"])
+
+
+@pytest.mark.postgres
+def test_with_a_database_url_each_test_gets_a_schema_dropped_afterwards(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, pg_url: str
+) -> None:
+    monkeypatch.setenv(PG_URL_ENV, pg_url)
+    pytester.makepyfile(
+        """
+        import pytest
+        from safe_effects import PostgresStore, SQLiteStore
+
+        def test_auto_picks_postgres(safe_ledger, pytestconfig):
+            assert isinstance(safe_ledger.store, PostgresStore)
+            pytestconfig.stash.setdefault("schemas", []).append(safe_ledger.store.schema)
+            (pytestconfig.rootpath / "schema.txt").write_text(safe_ledger.store.schema)
+
+        @pytest.mark.safe_effects(store="sqlite")
+        def test_sqlite_on_demand(safe_ledger):
+            assert isinstance(safe_ledger.store, SQLiteStore)
+        """
+    )
+    pytester.runpytest().assert_outcomes(passed=2)
+    schema = (pytester.path / "schema.txt").read_text()
+    with psycopg.connect(pg_url) as conn:
+        found = conn.execute("SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", (schema,)).fetchall()
+    assert schema.startswith("se_plugin_")
+    assert found == []
