@@ -85,8 +85,9 @@ def test_concurrent_same_key_409_is_unknown_and_reads_the_code_from_the_body(
     fake.processing_seconds = 0.5
     arrived = threading.Event()
     fake.server.on_received(lambda _: arrived.set())
+    patient = raw_client(fake.url, timeout=(1.0, 5.0))  # outlasts processing_seconds: only the second one fails
     first = threading.Thread(
-        target=lambda: sdk.v1.customers.create(params={"name": "a"}, options={"idempotency_key": "k:3:a:v1"})
+        target=lambda: patient.v1.customers.create(params={"name": "a"}, options={"idempotency_key": "k:3:a:v1"})
     )
     first.start()
     assert arrived.wait(5)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from safe_effects import EffectStatus, EffectUnknown, SafeEffectsError
@@ -40,3 +44,25 @@ def env_request():  # noqa: ANN201 - a minimal request the refusing transport ne
 
     call = StripeCall("post", "/v1/customers", {}, {}, "api", None)
     return EffectRequest(operation="customers.create", params={}, payload=call)
+
+
+def test_the_cli_reconciler_finds_the_registered_stripe_adapter(env: Env) -> None:
+    env.fake.inject(Fault.drop_after_commit(path_prefix="/v1/payment_intents"))
+    with pytest.raises(EffectUnknown):
+        env.client.v1.payment_intents.create(params=PI, options={"idempotency_key": KEY})  # type: ignore[arg-type]
+    environment = {**os.environ, "STRIPE_API_KEY": "sk_test_reconciler", "STRIPE_API_BASE": env.fake.url}
+
+    done = subprocess.run(
+        [sys.executable, "-m", "safe_effects.cli", "reconcile", "--store", env.store_url, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=environment,
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stderr
+    record = env.record()
+    assert record.status is EffectStatus.CONFIRMED
+    assert record.provider_result_id == env.fake.payment_intents[0]["id"]
+    assert env.posts() == 1
