@@ -33,7 +33,7 @@ def run(*args: str | Path) -> None:
 
 
 def setup() -> None:
-    if sys.version_info < (3, 11):
+    if sys.version_info < (3, 11):  # noqa: UP036 - dev.py runs under whatever python3 the machine has
         sys.exit(f"safe-effects needs Python >= 3.11, this is {sys.version.split()[0]}")
     if not venv_python().exists():
         venv.EnvBuilder(with_pip=True).create(VENV)

@@ -8,11 +8,15 @@ import sys
 
 import pytest
 
-from safe_effects import EffectStatus, EffectUnknown, SafeEffectsError
+from safe_effects import EffectRequest, EffectStatus, EffectUnknown, SafeEffectsError
 from safe_effects.testing import Fault
-from stripe_safe import adapter_from_env
+from stripe_safe import StripeCall, adapter_from_env
 
 from .conftest import KEY, PI, Env
+
+CUSTOMER_CREATE = EffectRequest(
+    operation="customers.create", params={}, payload=StripeCall("post", "/v1/customers", {}, {}, "api", None)
+)
 
 
 def test_lookup_only_adapter_confirms_a_lost_create_without_posting(env: Env) -> None:
@@ -34,16 +38,8 @@ def test_lookup_only_adapter_confirms_a_lost_create_without_posting(env: Env) ->
 def test_lookup_only_adapter_refuses_to_write(env: Env) -> None:
     adapter = adapter_from_env({"STRIPE_API_KEY": "sk_test_reconciler", "STRIPE_API_BASE": env.fake.url})
     with pytest.raises(SafeEffectsError, match="only looks effects up"):
-        adapter.dispatch(env_request(), "invoice:inv_1:collect:v1")
+        adapter.dispatch(CUSTOMER_CREATE, "invoice:inv_1:collect:v1")
     assert env.posts() == 0
-
-
-def env_request():  # noqa: ANN201 - a minimal request the refusing transport never sends
-    from safe_effects import EffectRequest
-    from stripe_safe._adapter import StripeCall
-
-    call = StripeCall("post", "/v1/customers", {}, {}, "api", None)
-    return EffectRequest(operation="customers.create", params={}, payload=call)
 
 
 def test_the_cli_reconciler_finds_the_registered_stripe_adapter(env: Env) -> None:

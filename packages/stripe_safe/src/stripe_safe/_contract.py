@@ -173,6 +173,7 @@ def search_query(intent_key: str, tenant: str) -> str:
     """The Search API query that finds the object a stamped create produced."""
     return f"metadata['{METADATA_INTENT}']:{_quoted(intent_key)} AND metadata['{METADATA_TENANT}']:{_quoted(tenant)}"
 
+
 # amounts for the operator's list and the two-person rule; customer ids, never card data or emails
 SUMMARY_FIELDS = ("amount", "currency", "customer")
 
