@@ -108,6 +108,11 @@ class IntentKey(str):
 
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
-        return core_schema.no_info_after_validator_function(
-            cls.parse, core_schema.str_schema(), serialization=core_schema.to_string_ser_schema()
+        # an IntentKey passes as it is (records are built from parsed keys on the hot path); a str is parsed
+        return core_schema.union_schema(
+            [
+                core_schema.is_instance_schema(cls),
+                core_schema.no_info_after_validator_function(cls.parse, core_schema.str_schema()),
+            ],
+            serialization=core_schema.to_string_ser_schema(),
         )

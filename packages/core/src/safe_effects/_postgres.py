@@ -95,6 +95,9 @@ class PostgresStore:
             field: _render(sql.SQL("{} = {}").format(sql.Identifier(field), sql.Placeholder(field)))
             for field in RECORD_FIELDS
         }
+        # the written row stays in Python (the store returns the record it wrote): fetch only what the audit
+        # row copies from it, and answer "was a row written" with a constant
+        returned = sql.SQL(", ").join(map(sql.Identifier, _FROM_ROW))
         audit_insert = sql.SQL("INSERT INTO {} ({}) SELECT {} FROM changed").format(
             audit,
             sql.SQL(", ").join(map(sql.Identifier, AUDIT_COLUMNS)),
@@ -108,15 +111,15 @@ class PostgresStore:
         self._insert = _render(
             sql.SQL(
                 "WITH changed AS (INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (tenant_id, intent_key) DO NOTHING "
-                "RETURNING {}), audited AS ({}) SELECT * FROM changed"
-            ).format(intents, cols, sql.SQL(", ").join(map(sql.Placeholder, RECORD_COLUMNS)), cols, audit_insert)
+                "RETURNING {}), audited AS ({}) SELECT 1 FROM changed"
+            ).format(intents, cols, sql.SQL(", ").join(map(sql.Placeholder, RECORD_COLUMNS)), returned, audit_insert)
         )
         self._update_head = _render(sql.SQL("WITH changed AS (UPDATE {} SET ").format(intents))
         self._update_tail = _render(
             sql.SQL(
                 " WHERE tenant_id = %(w_tenant)s AND intent_key = %(w_key)s AND status = %(w_status)s "
-                "AND version = %(w_version)s RETURNING {}), audited AS ({}) SELECT * FROM changed"
-            ).format(cols, audit_insert)
+                "AND version = %(w_version)s RETURNING {}), audited AS ({}) SELECT 1 FROM changed"
+            ).format(returned, audit_insert)
         )
         self._list_head = _render(select + sql.SQL("WHERE status = ANY(%s)"))
         self._by_provider_key = _render(
