@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from safe_effects import UndigestibleRequest, canonical_json, request_digest
+from safe_effects import UndigestibleRequest, bytes_digest, canonical_json, request_digest
 
 LEAF = st.one_of(
     st.none(),
@@ -108,3 +108,8 @@ def test_non_json_values_are_refused_by_path(params: Any, path: str, problem: st
         request_digest(params)
     assert caught.value.path == path
     assert (path or "<root>") in str(caught.value)
+
+
+def test_bytes_digest_hashes_raw_bytes_and_utf8_text_alike() -> None:
+    assert bytes_digest("é") == bytes_digest("é".encode()) == "sha256:" + hashlib.sha256("é".encode()).hexdigest()
+    assert bytes_digest(b"a") != bytes_digest(b"a ")

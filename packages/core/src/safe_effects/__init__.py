@@ -13,7 +13,7 @@ from ._contract import (
     ProviderContract,
 )
 from ._crash import CrashPlan, CrashPoint, SimulatedCrash
-from ._digest import canonical_json, request_digest
+from ._digest import bytes_digest, canonical_json, request_digest
 from ._errors import (
     ApprovalError,
     EffectDeferred,
@@ -70,6 +70,7 @@ __all__ = [
     # keys, digests, tenants
     "IntentKey",
     "request_digest",
+    "bytes_digest",
     "canonical_json",
     "DEFAULT_TENANT",
     "check_tenant",

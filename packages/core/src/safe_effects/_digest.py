@@ -48,3 +48,8 @@ def canonical_json(params: Any) -> bytes:
 def request_digest(params: Any) -> str:
     """``sha256:<hex>`` of the canonical JSON form of ``params``."""
     return DIGEST_PREFIX + hashlib.sha256(canonical_json(params)).hexdigest()
+
+
+def bytes_digest(data: bytes | str) -> str:
+    """``sha256:<hex>`` of raw bytes (a str is UTF-8 encoded): for bodies and payloads kept as sent."""
+    return DIGEST_PREFIX + hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()

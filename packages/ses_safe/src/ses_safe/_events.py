@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from safe_effects import Evidence, EvidenceVerdict, Ledger
+from safe_effects import Evidence, EvidenceVerdict, Ledger, bytes_digest
 
 from ._contract import PROVIDER
 from ._tags import INTENT_TAG, TENANT_TAG, first_tag, tenant_tag
@@ -66,13 +65,9 @@ def unwrap(payload: str | bytes | Mapping[str, Any]) -> tuple[Mapping[str, Any],
     if outer.get("Type") == "Notification" and isinstance(outer.get("Message"), str):
         event = _loads(outer["Message"])
         envelope_id = outer.get("MessageId")
-        event_id = envelope_id if isinstance(envelope_id, str) and envelope_id else _hash(outer["Message"])
+        event_id = envelope_id if isinstance(envelope_id, str) and envelope_id else bytes_digest(outer["Message"])
         return event, event_id
-    return outer, _hash(json.dumps(outer, sort_keys=True, default=str))
-
-
-def _hash(text: str) -> str:
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+    return outer, bytes_digest(json.dumps(outer, sort_keys=True, default=str))
 
 
 def _event_type(event: Mapping[str, Any]) -> str:

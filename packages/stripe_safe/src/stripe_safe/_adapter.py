@@ -18,6 +18,7 @@ from safe_effects import (
     LookupStatus,
     ProviderContract,
     Verdict,
+    bytes_digest,
     request_digest,
 )
 
@@ -93,7 +94,11 @@ class StripeAdapter:
         return value if isinstance(value, str) else None
 
     def response_digest(self, response: StripeObject) -> str:
-        return request_digest(response.to_dict(for_json=True))
+        """SHA-256 of the body as Stripe sent it (a replay sends the saved body): no re-encoding of the object."""
+        raw = response.last_response
+        if raw is None:
+            return request_digest(response.to_dict(for_json=True))
+        return bytes_digest(raw.body)
 
     def _read(self, url: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """A read as plain JSON-shaped dicts, which the contract's small functions take."""
