@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-import stripe_safe
 from safe_effects import DEFAULT_TENANT, IntentKey, LookupKind, ParameterMatching
 from stripe_safe import METADATA_INTENT, METADATA_TENANT, contract_for, operation_for, provider_key, search_query
 from stripe_safe._contract import retrieve_path, stamp_metadata
@@ -70,24 +69,3 @@ def test_contract_facts() -> None:
     assert [m.kind for m in contract_for("refunds.create").lookups] == [LookupKind.KEY_REPLAY, LookupKind.RETRIEVE]
     assert contract.forced_sdk_settings["max_network_retries"] == "0"
     assert "https://docs.stripe.com/idempotency" in contract.sources
-
-
-def test_public_api_is_pinned() -> None:
-    assert sorted(stripe_safe.__all__) == sorted(
-        [
-            "StripeClient",
-            "adapter_from_env",
-            "StripeAdapter",
-            "StripeCall",
-            "StripeTransport",
-            "classify",
-            "contract_for",
-            "BASE_CONTRACT",
-            "PROVIDER",
-            "METADATA_INTENT",
-            "METADATA_TENANT",
-            "operation_for",
-            "provider_key",
-            "search_query",
-        ]
-    )
