@@ -44,7 +44,7 @@ _SELECT = f"SELECT {', '.join(RECORD_COLUMNS)} FROM effect_intents"
 _INSERT = (
     f"INSERT INTO effect_intents ({', '.join(RECORD_COLUMNS)}) "
     f"VALUES ({', '.join(':' + c for c in RECORD_COLUMNS)}) "
-    f"ON CONFLICT (tenant_id, intent_key) DO NOTHING RETURNING {', '.join(RECORD_COLUMNS)}"
+    "ON CONFLICT (tenant_id, intent_key) DO NOTHING RETURNING 1"  # the record stays in Python; just "was it new"
 )
 _INSERT_AUDIT = (
     f"INSERT INTO effect_audit ({', '.join(AUDIT_COLUMNS)}) VALUES ({', '.join(':' + c for c in AUDIT_COLUMNS)})"
@@ -162,7 +162,7 @@ class SQLiteStore:
     def _insert(
         self, conn: sqlite3.Connection, record: EffectRecord, row: dict[str, Any], audit: dict[str, Any]
     ) -> tuple[EffectRecord, bool]:
-        inserted = _rows(conn.execute(_INSERT, row))
+        inserted = conn.execute(_INSERT, row).fetchall()
         if inserted:
             conn.execute(_INSERT_AUDIT, audit)
             return record, True  # the row is exactly the record: no need to parse it back
