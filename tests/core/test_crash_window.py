@@ -17,8 +17,8 @@ KEY = "order:ord_7:charge:v1"
 pytestmark = pytest.mark.slow
 
 
-def run_worker(store_url: str, fake_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    command = [
+def worker_command(store_url: str, fake_path: Path, *extra: str) -> list[str]:
+    return [
         sys.executable,
         "-m",
         "safe_effects.testing._generic_worker",
@@ -32,6 +32,10 @@ def run_worker(store_url: str, fake_path: Path, *extra: str) -> subprocess.Compl
         '{"amount": 500}',
         *extra,
     ]
+
+
+def run_worker(store_url: str, fake_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    command = worker_command(store_url, fake_path, *extra)
     return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
 
 
@@ -81,19 +85,7 @@ def test_non_deduping_provider_stays_unknown_and_never_resends(
 def test_two_workers_on_one_key_dispatch_once(store_url: str, tmp_path: Path) -> None:
     fake_path = tmp_path / "fake.db"
     GenericFakeProvider(fake_path)  # create the schema before the race
-    command = [
-        sys.executable,
-        "-m",
-        "safe_effects.testing._generic_worker",
-        "--store",
-        store_url,
-        "--fake",
-        str(fake_path),
-        "--key",
-        KEY,
-        "--lease-seconds",
-        "30",
-    ]
+    command = worker_command(store_url, fake_path, "--lease-seconds", "30")
     workers = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(2)]
     results = [json.loads(w.communicate(timeout=60)[0].strip()) for w in workers]
 
