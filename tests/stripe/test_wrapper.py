@@ -130,6 +130,37 @@ def test_after_the_window_a_lagging_search_stays_unknown_and_sends_nothing(env: 
     assert (record.status, record.provider_result_id) == (EffectStatus.UNKNOWN, None)
 
 
+def test_a_saved_500_is_replayed_as_500_and_settled_by_search_after_the_window(env: Env) -> None:
+    env.fake.fail_next_write(after_commit=True)  # Stripe saved the 500 after the endpoint acted
+    for _ in range(2):  # the first call, then a same-key replay that gets the saved 500 back
+        with pytest.raises(EffectUnknown):
+            create(env)
+    assert env.fake.requests("POST")[1].header("idempotency-key") == KEY
+    assert env.record().status is EffectStatus.UNKNOWN
+    env.clock.advance(KEY_WINDOW_PASSED)
+
+    found = create(env)
+
+    assert env.posts() == 2
+    assert len(env.fake.payment_intents) == 1
+    record = env.record()
+    assert (record.status, record.provider_result_id) == (EffectStatus.CONFIRMED, found.id)
+    assert record.resolution is not None
+    assert record.resolution.method == "lookup:search"
+
+
+def test_a_saved_500_before_anything_happened_stays_unknown_for_an_operator(env: Env) -> None:
+    env.fake.fail_next_write(after_commit=False)
+    with pytest.raises(EffectUnknown):
+        create(env)
+    env.clock.advance(KEY_WINDOW_PASSED)
+    with pytest.raises(EffectUnknown, match="no lookup could settle it"):
+        create(env)  # the search finds nothing, which proves nothing: no second create
+    assert env.posts() == 1
+    assert env.fake.payment_intents == []
+    assert [r.intent_key for r in env.ledger.store.list_by_status([EffectStatus.UNKNOWN])] == [KEY]
+
+
 def test_declined_card_is_rejected_with_the_payment_intent_id(env: Env) -> None:
     with pytest.raises(EffectRejected) as caught:
         create(env, {**PI, "payment_method": "pm_card_chargeDeclined"})

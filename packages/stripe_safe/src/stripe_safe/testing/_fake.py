@@ -85,6 +85,7 @@ class FakeStripe:
         self._keys: dict[tuple[str, str], _Saved] = {}
         self._effects: Counter[str] = Counter()
         self._request_ids = 0
+        self._saved_failures: list[bool] = []  # queued saved 500s: True when the endpoint acted first
 
     # -- lifecycle and test surface -----------------------------------------------------------------------
 
@@ -107,6 +108,13 @@ class FakeStripe:
 
     def inject(self, fault: Fault) -> None:
         self.server.inject(fault)
+
+    def fail_next_write(self, *, after_commit: bool) -> None:
+        """The next keyed write answers 500 *and Stripe saves that 500 under its key*, as it does once the
+        endpoint started executing: replays within the window get the same 500. ``after_commit``: the
+        object was created (or changed) before the failure."""
+        with self._lock:
+            self._saved_failures.append(after_commit)
 
     def requests(self, method: str | None = None, path_prefix: str = "/") -> list[FakeRequest]:
         return self.server.requests(method, path_prefix)
@@ -185,9 +193,13 @@ class FakeStripe:
             if saved is not None and saved.result is not None:
                 return _answer(saved.result, request_id, replay_of=saved.request_id)
             self._keys[slot] = _Saved(fingerprint, self.clock(), request_id)
+            saved_failure = self._saved_failures.pop(0) if self._saved_failures else None
         if self.processing_seconds:
             time.sleep(self.processing_seconds)
-        result = self._run(request)
+        result = self._run(request) if saved_failure is not False else Result(500, {})
+        if saved_failure is not None:
+            error = _error("api_error", "An unknown error occurred on our end.")
+            result = Result(500, error, result.effect)
         with self._lock:
             if _saved_by_stripe(result):
                 self._keys[slot].result = result
