@@ -109,3 +109,28 @@ def test_a_message_whose_ingestion_raises_stays_on_the_queue(
     assert poller.counts == {"error": 1}
     assert len(sqs.receive_message(QueueUrl=queue_url)["Messages"]) == 1
     assert ledger.get(KEY).status is EffectStatus.UNKNOWN
+
+
+def test_two_tenants_sharing_an_intent_key_are_settled_apart(
+    env: Any, proxy: MotoFaultProxy, moto: str, v2_email: dict[str, Any]
+) -> None:
+    acme = env.wrapped("sesv2", tenant="acme")
+    proxy.inject(Fault.drop_after_commit())
+    with pytest.raises(EffectUnknown):
+        env.sesv2.send_email(IntentKey=KEY, **v2_email)
+    proxy.inject(Fault.drop_after_commit())
+    with pytest.raises(EffectUnknown):
+        acme.send_email(IntentKey=KEY, **v2_email)
+    default_id, acme_id = (sent["id"] for sent in moto_sent_messages(moto))
+    tag = intent_tag(IntentKey.parse(KEY))
+
+    result = ingest_event(
+        env.ledger, sns_envelope(ses_event("Send", message_id=acme_id, tags=intent_tags(tag, "acme")))
+    )
+
+    assert result.outcome is IngestOutcome.RECORDED
+    assert env.ledger.get(KEY, tenant="acme").status is EffectStatus.CONFIRMED
+    assert env.ledger.get(KEY, tenant="acme").provider_result_id == acme_id
+    assert env.ledger.get(KEY).status is EffectStatus.UNKNOWN  # the default tenant's send is still open
+    assert default_id != acme_id
+    assert len(moto_sent_messages(moto)) == 2
