@@ -18,6 +18,8 @@ import os
 import re
 import sqlite3
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -327,6 +329,33 @@ def parser(doc: str, *, calls: int = 150, seconds: float = 40.0) -> argparse.Arg
     result.add_argument("--seconds", type=float, default=seconds, help="time bound for all stores together")
     result.add_argument("--pg", default=DEFAULT_PG, help="PostgreSQL URL; '' skips PostgreSQL")
     return result
+
+
+@contextmanager
+def fake_in_own_process(factory: str) -> Iterator[str]:
+    """Serve a fake (``module:Class``, started with ``.start()``) from a child process; yields its URL.
+
+    Like a remote provider, its work then does not share this process's GIL: an in-process fake would bill its
+    own handling of the (larger, stamped) wrapped request to the wrapper.
+    """
+    code = (
+        "import importlib, sys; module, _, name = sys.argv[1].partition(':'); "
+        "fake = getattr(importlib.import_module(module), name)().start(); print(fake.url, flush=True); "
+        "sys.stdin.read()"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, factory], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        url = child.stdout.readline().strip()
+        if not url:
+            raise RuntimeError(f"{factory} did not start in its own process")
+        yield url
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(timeout=10)
 
 
 def overhead_main(

@@ -1,7 +1,8 @@
 """What the ledger adds to a SendGrid send: wrapped vs raw SDK against the same fake, on SQLite and PostgreSQL.
 
-Per store (SQLite file; PostgreSQL schema when reachable), interleaved in one loop against one in-process
-FakeSendGrid: a raw ``sendgrid.SendGridAPIClient.send``, a wrapped ``sendgrid_safe.SendGridAPIClient.send``
+Per store (SQLite file; PostgreSQL schema when reachable), interleaved in one loop against one FakeSendGrid
+served from its own process (like a remote SendGrid, see _harness.fake_in_own_process): a raw
+``sendgrid.SendGridAPIClient.send``, a wrapped ``sendgrid_safe.SendGridAPIClient.send``
 (new intent each) and the store's raw two-commit floor (see _harness.py). Prints the medians, the added time
 per call and added ÷ two-commit (target <= 1.5).
 
@@ -11,11 +12,10 @@ per call and added ÷ two-commit (target <= 1.5).
 from __future__ import annotations
 
 import sendgrid
-from _harness import Calls, fresh_key, overhead_main
+from _harness import Calls, fake_in_own_process, fresh_key, overhead_main
 
 from safe_effects import Ledger
 from sendgrid_safe import SendGridAPIClient
-from sendgrid_safe.testing import FakeSendGrid
 
 MESSAGE = {
     "personalizations": [{"to": [{"email": "customer@example.com"}]}],
@@ -25,10 +25,13 @@ MESSAGE = {
 }
 
 
-def calls(fake: FakeSendGrid, ledger: Ledger) -> Calls:
-    raw = sendgrid.SendGridAPIClient(fake.api_key, host=fake.url)
+API_KEY = "SG.fake-key"  # FakeSendGrid's default
+
+
+def calls(fake_url: str, ledger: Ledger) -> Calls:
+    raw = sendgrid.SendGridAPIClient(API_KEY, host=fake_url)
     raw.client.timeout = 10
-    wrapped = SendGridAPIClient(fake.api_key, host=fake.url, ledger=ledger)
+    wrapped = SendGridAPIClient(API_KEY, host=fake_url, ledger=ledger)
     return Calls(
         raw=lambda: raw.send(MESSAGE),
         wrapped=lambda: wrapped.send(MESSAGE, intent_key=fresh_key("email")),
@@ -36,4 +39,4 @@ def calls(fake: FakeSendGrid, ledger: Ledger) -> Calls:
 
 
 if __name__ == "__main__":
-    overhead_main(__doc__ or "", fake=FakeSendGrid, calls=calls)
+    overhead_main(__doc__ or "", fake=lambda: fake_in_own_process("sendgrid_safe.testing:FakeSendGrid"), calls=calls)
