@@ -78,6 +78,3 @@ class ProviderContract(_Frozen):
         """True when resending with the same key is certain to be deduped by the provider."""
         deadline = None if first_dispatched_at is None else self.replay_deadline(first_dispatched_at)
         return deadline is not None and now < deadline
-
-    def lookup(self, kind: LookupKind) -> LookupMethod | None:
-        return next((m for m in self.lookups if m.kind == kind), None)

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ._keys import IntentKey
-from ._states import TERMINAL, EffectStatus
+from ._states import EffectStatus
 
 
 class _Frozen(BaseModel):
@@ -55,10 +55,6 @@ class EffectRecord(_Frozen):
     resolution: Resolution | None = None
     compensates: IntentKey | None = None
     compensated_by: IntentKey | None = None
-
-    @property
-    def is_terminal(self) -> bool:
-        return self.status in TERMINAL
 
     def lease_expired(self, now: datetime) -> bool:
         return self.lease_expires_at is None or self.lease_expires_at <= now
