@@ -133,6 +133,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "contract_for",
         "operation_for",
         "provider_key",
+        "receipt_of",
         "search_query",
     ],
     "stripe_safe.testing": [

@@ -18,7 +18,7 @@ from safe_effects import (
     request_digest,
 )
 from safe_effects.testing import Fault
-from stripe_safe import METADATA_INTENT, METADATA_TENANT, StripeClient
+from stripe_safe import METADATA_INTENT, METADATA_TENANT, StripeClient, receipt_of
 from stripe_safe.testing import rate_limit_fault, server_error_fault
 
 from .conftest import API_KEY, KEY, PI, Env
@@ -33,6 +33,11 @@ def create(env: Env, params: dict[str, object] = PI, key: str = KEY) -> stripe.P
 def test_create_is_confirmed_stamped_and_answered_from_the_ledger_by_a_read(env: Env) -> None:
     first = create(env)
     again = create(env)
+    first_receipt, again_receipt = receipt_of(first), receipt_of(again)
+    assert first_receipt is not None
+    assert again_receipt is not None
+    assert (first_receipt.from_ledger, again_receipt.from_ledger) == (False, True)
+    assert "_safe_effects_receipt" not in again  # not a field of the Stripe object
     assert isinstance(again, stripe.PaymentIntent)
     assert again.id == first.id
     assert again.status == "succeeded"

@@ -2,7 +2,7 @@
 
 from ._adapter import StripeAdapter, StripeCall, StripeTransport
 from ._classify import classify
-from ._client import StripeClient
+from ._client import StripeClient, receipt_of
 from ._contract import (
     BASE_CONTRACT,
     METADATA_INTENT,
@@ -18,6 +18,7 @@ from ._from_env import adapter_from_env
 __all__ = [
     "adapter_from_env",
     "StripeClient",
+    "receipt_of",
     "StripeAdapter",
     "StripeCall",
     "StripeTransport",

@@ -30,6 +30,7 @@ from safe_effects import (
     InvalidIntentKey,
     Ledger,
     MissingIntentKey,
+    Receipt,
     SafeEffectsError,
     check_tenant,
 )
@@ -38,6 +39,7 @@ from ._adapter import StripeAdapter, StripeCall
 from ._contract import CONNECT_TIMEOUT, READ_TIMEOUT, operation_for, retrieve_path, stamp_metadata, summary_for
 
 _log = logging.getLogger("stripe_safe")
+_RECEIPT_ATTRIBUTE = "_safe_effects_receipt"  # StripeObject keeps underscore names out of its fields
 
 KEY_HINT = (
     "a safe StripeClient write needs options={'idempotency_key': <intent key>} naming the business intent as "
@@ -116,11 +118,13 @@ class _LedgerRequestor(_APIRequestor):
                 self.adapter, request, original_key=self.compensates, compensating_key=intent, tenant=self.tenant
             )
         if receipt.response is not None:
-            response: stripe.StripeObject = receipt.response
-            return response
-        if receipt.provider_result_id is None:
+            answer: stripe.StripeObject = receipt.response
+        elif receipt.provider_result_id is None:
             raise SafeEffectsError(f"intent {intent!r} is confirmed without a Stripe object id to retrieve")
-        return self.read(retrieve_path(path, receipt.provider_result_id))  # a read, never a second write
+        else:
+            answer = self.read(retrieve_path(path, receipt.provider_result_id))  # a read, never a second write
+        setattr(answer, _RECEIPT_ATTRIBUTE, receipt)
+        return answer
 
     async def request_async(
         self,
@@ -172,6 +176,12 @@ class _LedgerRequestor(_APIRequestor):
 
     def read(self, url: str, params: Mapping[str, Any] | None = None) -> stripe.StripeObject:
         return super().request("get", url, params, None, base_address="api", usage=["stripe_safe"])
+
+
+def receipt_of(obj: stripe.StripeObject) -> Receipt | None:
+    """The ledger's receipt behind an object a safe write returned: ``.from_ledger`` says no write was made."""
+    receipt = getattr(obj, _RECEIPT_ATTRIBUTE, None)
+    return receipt if isinstance(receipt, Receipt) else None
 
 
 class StripeClient(stripe.StripeClient):
