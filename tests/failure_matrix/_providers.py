@@ -96,16 +96,19 @@ class StripeFake:
         self.fake.inject(server_error_fault(path_prefix=self.path))
 
     def inject_server_error_after_commit(self) -> None:
-        body = {"error": {"type": "api_error", "message": "An unknown error occurred on our end.", "code": None}}
-        self.fake.inject(
-            Fault.status_after_commit(500, body=body, headers={"Request-Id": "req_fault"}, path_prefix=self.path)
-        )
+        # Stripe saves a 500 once the endpoint ran: every same-key replay in the window gets it back
+        self.fake.fail_next_write(after_commit=True)
 
     def later(self, hours: float) -> None:
         self.clock.advance(timedelta(hours=hours))
 
     def deliver_event(self, ledger: Ledger) -> None:
-        raise AssertionError("a Stripe cell never ends unknown with an effect: it is replayed or looked up")
+        """Stripe sends nothing to settle it: the reconciler's metadata search does, with no write."""
+        from safe_effects import Reconciler
+        from stripe_safe import adapter_from_env
+
+        adapter = adapter_from_env({"STRIPE_API_KEY": "sk_test_reconciler", "STRIPE_API_BASE": self.url})
+        Reconciler(ledger, {"stripe": adapter}).run_once()
 
 
 class SendGridFake:

@@ -270,11 +270,14 @@ EXPECTED: dict[tuple[Case, str], Cell] = {
     **_row(
         Case.SERVER_ERROR_AFTER_COMMIT,
         Cell(
-            (UNKNOWN, CONFIRMED),
+            (UNKNOWN, UNKNOWN),
             2,
             1,
-            "key_replay",
-            why="the PaymentIntent exists although the answer was 500; the replay returns it",
+            None,
+            "lookup:search",
+            why="Stripe saves a 500 once the endpoint ran, so the same-key replay gets the saved 500 back and the "
+            "intent stays unknown (never confirmed on a guess); the reconciler's metadata search finds the "
+            "PaymentIntent and confirms it without a write",
         ),
         Cell(
             (UNKNOWN, UNKNOWN),
