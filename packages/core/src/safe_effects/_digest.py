@@ -16,33 +16,47 @@ from typing import Any
 from ._errors import UndigestibleRequest
 
 DIGEST_PREFIX = "sha256:"
+# one encoder for good: json.dumps with options builds a new JSONEncoder on every call
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def _check(value: Any, path: str) -> None:
+def _problem(value: Any) -> tuple[list[str], str] | None:
+    """Why ``value`` is not canonical JSON, with the path to it (innermost segment first), or None.
+
+    Paths are only built on the way back up from a problem: the common, valid request pays for none.
+    """
     if value is None or isinstance(value, str | bool | int):
-        return
+        return None
     if isinstance(value, float):
-        if not math.isfinite(value):
-            raise UndigestibleRequest(path, f"is {value!r}: NaN and Infinity are not JSON")
-        return
+        return None if math.isfinite(value) else ([], f"is {value!r}: NaN and Infinity are not JSON")
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
-                raise UndigestibleRequest(path, f"has a non-string key {key!r} ({type(key).__name__})")
-            _check(item, f"{path}.{key}" if path else key)
-        return
+                return [], f"has a non-string key {key!r} ({type(key).__name__})"
+            if (found := _problem(item)) is not None:
+                found[0].append(f".{key}")
+                return found
+        return None
     if isinstance(value, list | tuple):
         for index, item in enumerate(value):
-            _check(item, f"{path}[{index}]")
-        return
+            if (found := _problem(item)) is not None:
+                found[0].append(f"[{index}]")
+                return found
+        return None
     hint = " (use int minor units or a str)" if type(value).__name__ == "Decimal" else ""
-    raise UndigestibleRequest(path, f"is a {type(value).__name__}, which is not JSON{hint}")
+    return [], f"is a {type(value).__name__}, which is not JSON{hint}"
+
+
+def _dotted(segments: list[str]) -> str:
+    """``[".price", "[1]", ".items"]`` (innermost first) -> ``items[1].price``."""
+    return "".join(reversed(segments)).removeprefix(".")
 
 
 def canonical_json(params: Any) -> bytes:
     """The exact bytes the digest is computed over; raises :class:`UndigestibleRequest` naming the path."""
-    _check(params, "")
-    return json.dumps(params, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    if (found := _problem(params)) is not None:
+        raise UndigestibleRequest(_dotted(found[0]), found[1])
+    return _CANONICAL.encode(params).encode()
 
 
 def request_digest(params: Any) -> str:

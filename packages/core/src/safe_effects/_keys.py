@@ -15,6 +15,8 @@ SEPARATOR = ":"
 MAX_KEY_LENGTH = 255  # Stripe's Idempotency-Key limit, the strictest provider we wrap
 MAX_TAG_LENGTH = 256  # SES tag values
 _VERSION = re.compile(r"v[0-9]+")
+# the common case in one match: printable ASCII parts without spaces or separators, then a version part
+_PLAIN_KEY = re.compile(r"[!-9;-~]+(?::[!-9;-~]+){2,}:v[0-9]+")
 _TAG_SAFE = re.compile(r"[A-Za-z0-9]")
 
 
@@ -63,6 +65,8 @@ class IntentKey(str):
             return value
         if not isinstance(value, str):
             raise InvalidIntentKey(f"intent key must be a str, got {type(value).__name__}")
+        if _PLAIN_KEY.fullmatch(value):
+            return cls._checked(value)  # what the part checks below would accept, decided in one match
         parts = value.split(SEPARATOR)
         if len(parts) < 4:
             raise InvalidIntentKey(f"intent key {value[:80]!r} needs at least 4 parts object_type:object_id:action:vN")
