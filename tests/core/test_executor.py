@@ -222,6 +222,30 @@ def test_rate_limits_are_retried_inside_the_boundary_with_the_same_key(env: Env)
     assert len(env.fake.effects()) == 1
 
 
+def test_retry_waits_honour_retry_after_back_off_and_respect_both_bounds(store_url: str, tmp_path: Path) -> None:
+    env = make_env(store_url, tmp_path)
+    waits: list[float] = []
+    policy = RetryPolicy(max_attempts=4, initial_wait=0.25, max_wait=0.75)
+    ledger = Ledger(env.ledger.store, clock=env.clock, retry=policy, sleep=waits.append)
+    env.fake.fail_next(FakeFailure.REFUSED, FakeFailure.RATE_LIMITED, FakeFailure.REFUSED, FakeFailure.REFUSED)
+    with pytest.raises(EffectDeferred):
+        ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    # back-off 0.25; the fake's Retry-After hint (0.01 s) wins over back-off; back-off 1.0 capped at
+    # max_wait; four attempts, no fifth
+    assert waits == [0.25, 0.01, 0.75]
+    assert len(env.fake.requests()) == 4
+    assert (env.record().status, env.fake.effects()) == (EffectStatus.PREPARED, [])
+
+    out_of_time = Ledger(
+        env.ledger.store, clock=env.clock, retry=RetryPolicy(max_total_seconds=0.0), sleep=waits.append
+    )
+    env.fake.fail_next(FakeFailure.REFUSED)
+    with pytest.raises(EffectDeferred):
+        out_of_time.execute(env.adapter, CHARGE, intent_key=KEY)
+    assert len(env.fake.requests()) == 5  # the time bound allowed no second attempt, and no wait
+    assert waits == [0.25, 0.01, 0.75]
+
+
 def test_exhausted_retries_defer_and_a_later_call_dispatches(env: Env) -> None:
     env.fake.fail_next(*[FakeFailure.RATE_LIMITED] * 4)
     with pytest.raises(EffectDeferred):

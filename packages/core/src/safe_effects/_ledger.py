@@ -8,9 +8,10 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Collection, Mapping
+from functools import lru_cache
 from typing import Any, TypeVar
 
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
 
 from ._adapter import EffectRequest, LookupResult, LookupStatus, Outcome, ProviderAdapter, Verdict
 from ._clock import Clock, system_clock
@@ -55,6 +56,12 @@ class _Settled(Exception):
         self.error = error
 
 
+@lru_cache(maxsize=32)
+def _resolution_by(method: str) -> Resolution:
+    """One frozen Resolution per method for the executor's own outcomes (made on every confirm)."""
+    return Resolution(method=method)
+
+
 def _default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
@@ -84,14 +91,6 @@ class Ledger:
         self.crash_plan = crash_plan
         self.observer: Observer = observer or NullObserver()
         self._sleep = sleep
-        # built once: tenacity keeps per-call state thread-local, so one Retrying serves every thread
-        self._retrying = Retrying(
-            stop=stop_after_attempt(retry.max_attempts) | stop_after_delay(retry.max_total_seconds),
-            wait=self._retry_wait,
-            retry=retry_if_exception_type(_Retryable),
-            sleep=sleep,
-            reraise=True,
-        )
 
     @classmethod
     def open(cls, url: str = "sqlite:///safe-effects.sqlite3", **options: Any) -> Ledger:
@@ -454,13 +453,34 @@ class Ledger:
                     raise _Retryable(verdict, error) from error
                 raise _Settled(verdict, error) from error
 
-        return self._retrying(attempt)
+        started = time.monotonic()
+        try:
+            return attempt()  # almost every call ends here: retry machinery is only built after a refusal
+        except _Retryable as refused:
+            return self._retry(attempt, refused, started)
 
-    def _retry_wait(self, state: RetryCallState) -> float:
+    def _retry(self, attempt: Callable[[], R], refused: _Retryable, started: float) -> R:
+        """Attempts 2..max_attempts through tenacity, all of them within max_total_seconds of the first."""
+        policy = self.retry
+        if policy.max_attempts <= 1 or time.monotonic() - started >= policy.max_total_seconds:
+            raise refused
+        self._sleep(self._retry_wait(refused, 1))
+        remaining = max(0.0, policy.max_total_seconds - (time.monotonic() - started))
+        retrying = Retrying(
+            stop=stop_after_attempt(policy.max_attempts - 1) | stop_after_delay(remaining),
+            wait=lambda state: self._retry_wait(
+                state.outcome.exception() if state.outcome is not None else None, state.attempt_number + 1
+            ),
+            retry=retry_if_exception_type(_Retryable),
+            sleep=self._sleep,
+            reraise=True,
+        )
+        return retrying(attempt)
+
+    def _retry_wait(self, failure: BaseException | None, failed_attempts: int) -> float:
         """Honour the provider's Retry-After hint, else back off exponentially; never above ``max_wait``."""
-        failure = state.outcome.exception() if state.outcome is not None else None
         hint = failure.verdict.retry_after if isinstance(failure, _Retryable) else None
-        backoff = self.retry.initial_wait * 2 ** (state.attempt_number - 1)
+        backoff = self.retry.initial_wait * 2 ** (failed_attempts - 1)
         return min(self.retry.max_wait, hint if hint is not None else backoff)
 
     @staticmethod
@@ -493,7 +513,7 @@ class Ledger:
         if response_digest is not None:
             changes["response_digest"] = response_digest
         if to in (S.CONFIRMED, S.REJECTED):
-            changes |= {"resolved_at": now, "resolution": Resolution(method=method)}
+            changes |= {"resolved_at": now, "resolution": _resolution_by(method)}
         reason = "retryable refusals exhausted" if released else method if verdict is None else verdict.error_class
         try:
             finished = self.store.transition(
