@@ -26,6 +26,14 @@ POSTGRES_BOOKKEEPING = (
     "(version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
 )
 
+# the audit table refuses UPDATE and DELETE (v1, and again after v3 rebuilt the table)
+_SQLITE_AUDIT_APPEND_ONLY = (
+    """CREATE TRIGGER effect_audit_no_update BEFORE UPDATE ON effect_audit
+       BEGIN SELECT RAISE(ABORT, 'effect_audit is append-only'); END""",
+    """CREATE TRIGGER effect_audit_no_delete BEFORE DELETE ON effect_audit
+       BEGIN SELECT RAISE(ABORT, 'effect_audit is append-only'); END""",
+)
+
 _V1_SQLITE = (
     """CREATE TABLE effect_intents (
         tenant_id TEXT NOT NULL,
@@ -71,10 +79,7 @@ _V1_SQLITE = (
         detail TEXT NOT NULL
     )""",
     "CREATE INDEX effect_audit_intent ON effect_audit (tenant_id, intent_key, id)",
-    """CREATE TRIGGER effect_audit_no_update BEFORE UPDATE ON effect_audit
-       BEGIN SELECT RAISE(ABORT, 'effect_audit is append-only'); END""",
-    """CREATE TRIGGER effect_audit_no_delete BEFORE DELETE ON effect_audit
-       BEGIN SELECT RAISE(ABORT, 'effect_audit is append-only'); END""",
+    *_SQLITE_AUDIT_APPEND_ONLY,
     """CREATE TABLE effect_evidence (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
         tenant_id TEXT NOT NULL,
@@ -203,7 +208,35 @@ _V2_POSTGRES = (
     "CREATE INDEX effect_approvals_intent ON {schema}.effect_approvals (tenant_id, intent_key, id)",
 )
 
+# v3: the SQLite audit trail clustered by intent. Before, each audit row dirtied three pages (the table's
+# last leaf, the (tenant, intent, id) index, and sqlite_sequence for AUTOINCREMENT), a third of every
+# claim's and confirm's WAL frames. Stored WITHOUT ROWID under its primary key (tenant_id, intent_key, id),
+# an audit row is one b-tree insert next to its intent's earlier rows. ``id`` becomes a per-intent sequence,
+# assigned in the insert under the write lock (max + 1), so it keeps ordering an intent's trail and carries
+# on past purges (audit rows are never deleted). Existing ids are kept. PostgreSQL is unchanged.
+_V3_SQLITE = (
+    """CREATE TABLE effect_audit_v3 (
+        tenant_id TEXT NOT NULL,
+        intent_key TEXT NOT NULL,
+        id INTEGER NOT NULL,
+        at TEXT NOT NULL,
+        from_status TEXT,
+        to_status TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        actor TEXT NOT NULL,
+        reason TEXT,
+        detail TEXT NOT NULL,
+        PRIMARY KEY (tenant_id, intent_key, id)
+    ) WITHOUT ROWID""",
+    "INSERT INTO effect_audit_v3 SELECT tenant_id, intent_key, id, at, from_status, to_status, version, actor, "
+    "reason, detail FROM effect_audit",
+    "DROP TABLE effect_audit",  # its index and append-only triggers go with it, before any trigger could fire
+    "ALTER TABLE effect_audit_v3 RENAME TO effect_audit",
+    *_SQLITE_AUDIT_APPEND_ONLY,
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, _V1_SQLITE, _V1_POSTGRES),
     Migration(2, _V2_SQLITE, _V2_POSTGRES),
+    Migration(3, _V3_SQLITE, ()),
 )

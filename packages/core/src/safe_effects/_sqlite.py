@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,12 @@ from ._rows import (
     AUDIT_COLUMNS,
     RECORD_COLUMNS,
     Codec,
+    RowEncoder,
     first_audit,
     from_row,
+    json_text,
     plan_transition,
+    row_encoder,
     stale,
     to_row,
     utc,
@@ -33,22 +37,59 @@ from ._tenants import check_tenant
 # fixed width, always UTC with microseconds: text order is time order
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
+
+@lru_cache(maxsize=64)  # a claim writes the same instant into four columns: format it once
+def _utc_text(value: datetime) -> str:
+    """``value`` (already UTC) as ``_TIME_FORMAT`` text; %-formatting is several times faster than strftime."""
+    return "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ" % (  # noqa: UP031  # speed, see docstring
+        value.year,
+        value.month,
+        value.day,
+        value.hour,
+        value.minute,
+        value.second,
+        value.microsecond,
+    )
+
+
 _CODEC = Codec(
-    time_out=lambda value: value.strftime(_TIME_FORMAT),
+    time_out=_utc_text,
     time_in=lambda value: datetime.strptime(value, _TIME_FORMAT).replace(tzinfo=UTC),
-    json_out=lambda value: json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False),
+    json_out=json_text,
     json_in=json.loads,
 )
 
 _SELECT = f"SELECT {', '.join(RECORD_COLUMNS)} FROM effect_intents"
+# positional parameters in the encoders' column order: binding by name costs a lookup per column
+_RECORD_ROW = row_encoder(EffectRecord, _CODEC)
+_AUDIT_ROW = row_encoder(AuditEntry, _CODEC)
+
+
+# the record stays in Python: RETURNING 1 only says whether it was new
 _INSERT = (
-    f"INSERT INTO effect_intents ({', '.join(RECORD_COLUMNS)}) "
-    f"VALUES ({', '.join(':' + c for c in RECORD_COLUMNS)}) "
-    "ON CONFLICT (tenant_id, intent_key) DO NOTHING RETURNING 1"  # the record stays in Python; just "was it new"
+    f"INSERT INTO effect_intents ({', '.join(_RECORD_ROW.columns)}) "
+    f"VALUES ({', '.join('?' * len(_RECORD_ROW.columns))}) ON CONFLICT (tenant_id, intent_key) DO NOTHING RETURNING 1"
 )
-_INSERT_AUDIT = (
-    f"INSERT INTO effect_audit ({', '.join(AUDIT_COLUMNS)}) VALUES ({', '.join(':' + c for c in AUDIT_COLUMNS)})"
+_AUDIT_PARAM = {column: f"?{n}" for n, column in enumerate(_AUDIT_ROW.columns, start=1)}  # numbered: reused
+_INSERT_AUDIT = (  # the id: next in this intent's own sequence (see migration v3), under the write lock
+    f"INSERT INTO effect_audit ({', '.join(_AUDIT_ROW.columns)}, id) VALUES ({', '.join(_AUDIT_PARAM.values())}, "
+    f"(SELECT coalesce(max(id), 0) + 1 FROM effect_audit "
+    f"WHERE tenant_id = {_AUDIT_PARAM['tenant_id']} AND intent_key = {_AUDIT_PARAM['intent_key']}))"
 )
+
+
+@lru_cache(maxsize=64)
+def _update(fields: tuple[str, ...]) -> tuple[str, RowEncoder]:
+    """The conditional UPDATE for one set of changed fields (a handful of shapes), and its encoder."""
+    encoder = row_encoder(EffectRecord, _CODEC, fields)  # fields are checked against the model first
+    assignments = ", ".join(f"{column} = ?" for column in encoder.columns)
+    sql = (
+        f"UPDATE effect_intents SET {assignments} "
+        "WHERE tenant_id = ? AND intent_key = ? AND status = ? AND version = ? RETURNING version"
+    )
+    return sql, encoder
+
+
 _EVIDENCE_COLUMNS = tuple("tenant_id" if f == "tenant" else f for f in Evidence.model_fields)
 _APPROVAL_COLUMNS = tuple("tenant_id" if f == "tenant" else f for f in Approval.model_fields)
 
@@ -125,7 +166,7 @@ class SQLiteStore:
                     conn.execute(statement)
                 conn.execute(
                     "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
-                    (migration.version, datetime.now(UTC).strftime(_TIME_FORMAT)),
+                    (migration.version, _utc_text(datetime.now(UTC))),
                 )
 
     def close(self) -> None:
@@ -140,8 +181,8 @@ class SQLiteStore:
         self, record: EffectRecord, *, actor: str, reason: str | None = None, connection: Any = None
     ) -> tuple[EffectRecord, bool]:
         """Insert ``record`` and its first audit row unless the key exists; see :class:`Store`."""
-        row = to_row(record, _CODEC)
-        audit = to_row(first_audit(record, actor=actor, reason=reason), _CODEC)
+        row = _RECORD_ROW.values(record)
+        audit = _AUDIT_ROW.values(first_audit(record, actor=actor, reason=reason))
         if connection is None:
             with self._write() as conn:
                 return self._insert(conn, record, row, audit)
@@ -160,13 +201,12 @@ class SQLiteStore:
         return connection
 
     def _insert(
-        self, conn: sqlite3.Connection, record: EffectRecord, row: dict[str, Any], audit: dict[str, Any]
+        self, conn: sqlite3.Connection, record: EffectRecord, row: list[Any], audit: list[Any]
     ) -> tuple[EffectRecord, bool]:
-        inserted = conn.execute(_INSERT, row).fetchall()
-        if inserted:
+        if conn.execute(_INSERT, row).fetchone() is not None:
             conn.execute(_INSERT_AUDIT, audit)
             return record, True  # the row is exactly the record: no need to parse it back
-        existing = self._select(conn, row["tenant_id"], row["intent_key"])
+        existing = self._select(conn, record.tenant, record.intent_key)
         assert existing is not None, "the write lock is held: the conflicting row cannot vanish in between"
         return existing, False
 
@@ -193,21 +233,14 @@ class SQLiteStore:
         new, fields, audit = plan_transition(
             record, to, now=now, actor=actor, reason=reason, changes=changes, detail=detail
         )
-        values = to_row(new, _CODEC, fields)
-        assignments = ", ".join(f"{field} = :{field}" for field in fields)  # fields checked against the model
-        params = {**{field: values[field] for field in fields}, "_t": record.tenant}
-        params.update(_k=record.intent_key, _s=record.status.value, _v=record.version)
+        update, encoder = _update(fields)
+        params = encoder.values(new)
+        params += (record.tenant, record.intent_key, record.status.value, record.version)
+        audit_row = _AUDIT_ROW.values(audit)  # everything encoded before the write lock is taken
         with self._write() as conn:
-            updated = _rows(
-                conn.execute(
-                    f"UPDATE effect_intents SET {assignments} "
-                    "WHERE tenant_id = :_t AND intent_key = :_k AND status = :_s AND version = :_v RETURNING version",
-                    params,
-                )
-            )
-            if not updated:
+            if conn.execute(update, params).fetchone() is None:
                 raise stale(record, self._select(conn, record.tenant, record.intent_key))
-            conn.execute(_INSERT_AUDIT, to_row(audit, _CODEC))
+            conn.execute(_INSERT_AUDIT, audit_row)
             if before_commit is not None:
                 before_commit()
         return new  # what was written, validated by plan_transition: no need to parse it back

@@ -1,0 +1,129 @@
+"""Schema migrations: an existing ledger upgrades in place, keeps its history, and stays append-only."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from safe_effects import EffectRecord, EffectStatus, IntentKey, PostgresStore, SQLiteStore, Store
+from safe_effects._migrations import MIGRATIONS, SQLITE_BOOKKEEPING
+
+S = EffectStatus
+T0 = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+
+
+def record(key: str) -> EffectRecord:
+    return EffectRecord(
+        tenant="default",
+        intent_key=IntentKey.parse(key),
+        provider="fake",
+        operation="charge",
+        request_digest="sha256:" + "0" * 64,
+        status=S.PREPARED,
+        created_at=T0,
+        updated_at=T0,
+    )
+
+
+def sqlite_at_version(path: Path, version: int) -> None:
+    """A SQLite ledger migrated only up to ``version``, as a deployment of that release left it."""
+    with sqlite3.connect(path) as conn:
+        conn.execute(SQLITE_BOOKKEEPING)
+        for migration in MIGRATIONS:
+            if migration.version > version:
+                break
+            for statement in migration.sqlite:
+                conn.execute(statement)
+            conn.execute("INSERT INTO schema_migrations VALUES (?, ?)", (migration.version, "2026-01-01T00:00:00Z"))
+
+
+def write_as_v2_release(path: Path, keys: list[str]) -> None:
+    """What the v2 release wrote for each key: a prepared record claimed once, two audit rows, global ids."""
+    stamp = "2026-01-02T03:04:05.678901Z"
+    with sqlite3.connect(path) as conn:
+        for key in keys:
+            conn.execute(
+                "INSERT INTO effect_intents (tenant_id, intent_key, provider, operation, request_digest, status, "
+                "version, attempt_count, summary, created_at, updated_at) "
+                "VALUES ('default', ?, 'fake', 'charge', ?, 'in_flight', 2, 1, '{}', ?, ?)",
+                (key, "sha256:" + "0" * 64, stamp, stamp),
+            )
+            for version, (source, target) in enumerate([(None, "prepared"), ("prepared", "in_flight")], start=1):
+                conn.execute(
+                    "INSERT INTO effect_audit (tenant_id, intent_key, at, from_status, to_status, version, actor, "
+                    "reason, detail) VALUES ('default', ?, ?, ?, ?, ?, 'old-release', NULL, '{}')",
+                    (key, stamp, source, target, version),
+                )
+
+
+def audit_ids(path: Path) -> list[tuple[str, int, int]]:
+    with sqlite3.connect(path) as conn:
+        return list(conn.execute("SELECT intent_key, id, version FROM effect_audit ORDER BY intent_key, id"))
+
+
+def test_sqlite_v2_ledger_upgrades_keeping_its_audit_trail(tmp_path: Path) -> None:
+    path = tmp_path / "v2.db"
+    sqlite_at_version(path, 2)
+    write_as_v2_release(path, [f"invoice:inv_{n}:collect:v1" for n in range(3)])
+    store = SQLiteStore(path)
+    try:
+        before = audit_ids(path)
+        trails = [store.audit_trail("default", f"invoice:inv_{n}:collect:v1") for n in range(3)]
+
+        store.migrate()
+
+        assert audit_ids(path) == before  # every row, same ids, same order
+        assert [store.audit_trail("default", f"invoice:inv_{n}:collect:v1") for n in range(3)] == trails
+        with sqlite3.connect(path) as conn:
+            [ddl] = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'effect_audit'").fetchone()
+            assert "WITHOUT ROWID" in ddl.upper()
+            assert "AUTOINCREMENT" not in ddl.upper()
+            assert max(v for (v,) in conn.execute("SELECT version FROM schema_migrations")) == MIGRATIONS[-1].version
+        # an intent's ids carry on after its migrated ones; a new intent starts its own sequence
+        moved = store.get("default", "invoice:inv_2:collect:v1")
+        assert moved is not None
+        store.transition(moved, S.UNKNOWN, now=T0, actor="new-release")
+        store.insert_if_absent(record("invoice:inv_new:collect:v1"), actor="new-release")
+        last_old_id = max(i for key, i, _ in before if key == "invoice:inv_2:collect:v1")
+        assert set(audit_ids(path)) - set(before) == {
+            ("invoice:inv_2:collect:v1", last_old_id + 1, 3),
+            ("invoice:inv_new:collect:v1", 1, 1),
+        }
+        assert [e.to_status for e in store.audit_trail("default", "invoice:inv_2:collect:v1")] == [
+            S.PREPARED,
+            S.IN_FLIGHT,
+            S.UNKNOWN,
+        ]
+    finally:
+        store.close()
+
+
+def raw_audit_statement(store: Store, statement: str, request: pytest.FixtureRequest) -> None:
+    """Run ``statement`` against the audit table behind the store's back, as a careless operator might."""
+    if isinstance(store, SQLiteStore):
+        with sqlite3.connect(store.path) as conn:
+            conn.execute(statement.format(table="effect_audit"))
+        return
+    import psycopg
+    from psycopg import sql
+
+    assert isinstance(store, PostgresStore)
+    table = sql.Identifier(store.schema, "effect_audit")
+    with psycopg.connect(request.getfixturevalue("pg_url"), autocommit=True) as conn:
+        conn.execute(sql.SQL(statement).format(table=table))  # type: ignore[arg-type]  # a test-local literal
+
+
+@pytest.mark.parametrize(
+    "statement", ["UPDATE {table} SET actor = 'someone else'", "DELETE FROM {table}"], ids=["update", "delete"]
+)
+def test_the_audit_trail_refuses_updates_and_deletes(
+    store: Store, statement: str, request: pytest.FixtureRequest
+) -> None:
+    written, _ = store.insert_if_absent(record("invoice:inv_1:collect:v1"), actor="worker")
+    trail = store.audit_trail("default", written.intent_key)
+    with pytest.raises(Exception, match="append-only"):
+        raw_audit_statement(store, statement, request)
+    assert store.audit_trail("default", written.intent_key) == trail
