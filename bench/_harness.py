@@ -118,11 +118,15 @@ def store_targets(pg: str | None) -> Iterator[list[StoreTarget]]:
 
 # -- the raw two-commit floor -------------------------------------------------------------------------------
 
-_COLUMNS = (
-    "tenant_id, intent_key, provider, operation, request_digest, status, version, attempt_count, summary, "
-    "created_at, updated_at"
+# The floor writes what a claim and a confirm write, by hand: the same columns with the same kind of values
+# (a provider key per intent, real timestamps, lease, digests, a resolution), so index upkeep and row size
+# are the executor's own. What it leaves out is what the ledger adds: audit rows, validation, encoding.
+_CLAIM_COLUMNS = (
+    "tenant_id, intent_key, provider, operation, request_digest, status, version, provider_key, attempt_count, "
+    "lease_owner, lease_expires_at, summary, created_at, updated_at, first_dispatched_at, dispatched_at"
 )
-_NOW = "2026-01-01T00:00:00.000000Z"
+_DIGEST = "sha256:" + "0" * 64
+_LEASE_OWNER = "bench-host:1:0123abcd"
 
 
 def _sqlite_pair(path: str) -> Iterator[Callable[[str], None]]:
@@ -130,21 +134,24 @@ def _sqlite_pair(path: str) -> Iterator[Callable[[str], None]]:
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = FULL")
     conn.execute("PRAGMA busy_timeout = 30000")
+    now, lease = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')", "strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+120 seconds')"
+    claim = (
+        f"INSERT INTO effect_intents ({_CLAIM_COLUMNS}) VALUES ('bench-raw', ?1, 'bench', 'charge', ?2, "
+        f"'in_flight', 1, ?1, 1, ?3, {lease}, '{{}}', {now}, {now}, {now}, {now})"
+    )
+    confirm = (
+        f"UPDATE effect_intents SET status = 'confirmed', version = 2, updated_at = {now}, lease_owner = NULL, "
+        f"lease_expires_at = NULL, provider_result_id = ?2, response_digest = ?2, resolved_at = {now}, "
+        """resolution = '{"method":"provider_response"}' """
+        "WHERE tenant_id = 'bench-raw' AND intent_key = ?1 AND status = 'in_flight' AND version = 1"
+    )
 
     def one(key: str) -> None:
         conn.execute("BEGIN IMMEDIATE")
-        conn.execute(
-            f"INSERT INTO effect_intents ({_COLUMNS}) "
-            "VALUES ('bench-raw', ?, 'raw', 'op', 'd', 'in_flight', 1, 1, '{}', ?, ?)",
-            (key, _NOW, _NOW),
-        )
+        conn.execute(claim, (key, _DIGEST, _LEASE_OWNER))
         conn.execute("COMMIT")
         conn.execute("BEGIN IMMEDIATE")
-        conn.execute(
-            "UPDATE effect_intents SET status = 'confirmed', version = version + 1, updated_at = ? "
-            "WHERE tenant_id = 'bench-raw' AND intent_key = ? AND status = 'in_flight' AND version = 1",
-            (_NOW, key),
-        )
+        conn.execute(confirm, (key, "res_" + key[6:18]))
         conn.execute("COMMIT")
 
     try:
@@ -159,19 +166,21 @@ def _postgres_pair(url: str) -> Iterator[Callable[[str], None]]:
 
     conninfo, schema = _split_schema(url)
     table = sql.Identifier(schema or "safe_effects", "effect_intents")
-    insert = sql.SQL(
-        "INSERT INTO {} (" + _COLUMNS + ") "
-        "VALUES ('bench-raw', %s, 'raw', 'op', 'd', 'in_flight', 1, 1, '{{}}', now(), now())"
+    claim = sql.SQL(
+        "INSERT INTO {} (" + _CLAIM_COLUMNS + ") VALUES ('bench-raw', %(key)s, 'bench', 'charge', %(digest)s, "
+        "'in_flight', 1, %(key)s, 1, %(owner)s, now() + interval '120 seconds', '{{}}', now(), now(), now(), now())"
     ).format(table)
-    update = sql.SQL(
-        "UPDATE {} SET status = 'confirmed', version = version + 1, updated_at = now() "
-        "WHERE tenant_id = 'bench-raw' AND intent_key = %s AND status = 'in_flight' AND version = 1"
+    confirm = sql.SQL(
+        "UPDATE {} SET status = 'confirmed', version = 2, updated_at = now(), lease_owner = NULL, "
+        "lease_expires_at = NULL, provider_result_id = %(result)s, response_digest = %(result)s, resolved_at = now(), "
+        """resolution = '{{"method":"provider_response"}}' """
+        "WHERE tenant_id = 'bench-raw' AND intent_key = %(key)s AND status = 'in_flight' AND version = 1"
     ).format(table)
     conn = psycopg.connect(conninfo, autocommit=True)
 
     def one(key: str) -> None:
-        conn.execute(insert, (key,))
-        conn.execute(update, (key,))
+        conn.execute(claim, {"key": key, "digest": _DIGEST, "owner": _LEASE_OWNER})
+        conn.execute(confirm, {"key": key, "result": "res_" + key[6:18]})
 
     try:
         yield one

@@ -48,8 +48,13 @@ BENCHMARKS = (
         "effects per second over the wall-clock span of the measured calls (start-up and warm-up excluded).",
         "The raw minimum any durable claim-then-confirm needs: one INSERT commit plus one UPDATE commit on the "
         "ledger's own `effect_intents` table, same indexes, same durability (SQLite WAL + `synchronous=FULL`; "
-        "PostgreSQL autocommit, one statement per commit, like the store). The ledger cannot do less than "
-        "two commits per effect without losing the crash window it exists to close, so this is the floor.",
+        "PostgreSQL autocommit, one statement per commit, like the store), writing by hand what the claim and "
+        "the confirm write: the same columns with the same kind of values (a provider key per intent, real "
+        "timestamps, lease, digests, a resolution), so index upkeep and row size are the executor's own. "
+        "What it leaves out is what the ledger adds: audit rows, validation, encoding, the digest. The "
+        "ledger cannot do less than two commits per effect without losing the crash window it exists to "
+        "close, so this is the floor. (Before 2026-11-29 the floor wrote a bare row with no provider key "
+        "and constant timestamps; that understated index upkeep by about one WAL page per effect.)",
     ),
     Benchmark(
         "stripe_overhead.py",
@@ -219,20 +224,29 @@ def floor_spread(provider_rows: list[tuple[str, Row]]) -> str:
 
 
 WHERE_THE_TIME_GOES = """\
-- **Not the audit row.** Every executor write appends its `effect_audit` row in the same transaction as the
-  record change (SQLite: a second INSERT inside the same `BEGIN IMMEDIATE`; PostgreSQL: a data-modifying CTE,
-  still one round trip per write). Measured alone (November 2026, this machine), the audit INSERT cost no
-  measurable time on SQLite (raw pair 0.39 ms per effect with or without it: the commit's fsync dominates)
-  and about 0.05 ms per write on PostgreSQL (0.27 ms plain INSERT vs 0.32 ms CTE with the audit insert).
-  An audit trail written after the commit could be lost in exactly the crash the ledger is for.
-- **Python-side work per call: most of the gap.** Roughly 0.3-0.4 ms per effect, spread thin: row encoding
-  (~20 us per record), frozen pydantic records and transitions (~5-13 us each), intent-key parsing (~3 us),
-  the canonical-JSON digest (~6 us), tenacity, psycopg binding 26 named parameters, pool checkout; each
-  provider wrapper adds its own layer on top (Stripe: a ledger-aware `_APIRequestor` building the
-  `EffectRequest` from the SDK call and stamping metadata; SendGrid: a fresh `python_http_client.Client` per
-  send; SES: tags and the configuration set). The SES "wrapper+ledger without HTTP" line measures wrapper and
-  ledger together, commits included, with the network taken out. The next step toward the 1.5 target is a
-  hot path without pydantic (plain tuples, one precomputed statement per transition shape).
+Measured on this machine in November 2026 (diagnostic scripts, not part of the page's run):
+
+- **Pages written (SQLite).** With `synchronous=FULL` each commit waits for its WAL frames to reach the
+  disk, so the bytes a commit writes are most of its cost. The raw floor writes 7.5 WAL pages per effect,
+  the executor 10.9 (12.5 before the audit table was clustered by intent in migration v3: an audit row had
+  dirtied the table's last leaf, an index leaf and `sqlite_sequence`; now it is one leaf next to its intent's
+  earlier rows). The remaining difference is the two audit rows, one per commit, and they stay: an audit
+  trail written after the commit could be lost in exactly the crash the ledger is for.
+- **Python per call.** With durability switched off (`synchronous=OFF`, diagnosis only), a raw pair cost
+  0.11-0.17 ms and an executor call 0.39-0.59 ms on this machine; about 40% of the executor's CPU is SQLite
+  itself (wider insert, two audit inserts). The Python that was measurably costly has been cut: row encoding
+  was a per-call chain of type tests (now `_rows.RowEncoder`, decided once per model), `strftime` was the
+  largest single cost of a claim (now %-formatting, cached per instant), `json.dumps` with options builds a
+  new encoder per call (now pydantic-core's `to_json` for stored JSON and one reused encoder for the digest),
+  named parameters (now positional), tenacity on every call (now only after a refusal). What is left is
+  spread thin: pydantic validation of the record, its transition and two audit entries (~5-10 us each),
+  the canonical-JSON digest, psycopg parameter dumping and the pool checkout on PostgreSQL.
+- **Inside a provider call the ledger costs more than alone.** In the Stripe benchmark the ledger's share of
+  a wrapped call measured about 1.2 ms of CPU with durability off, against about 0.5 ms in the executor
+  benchmark: after a full HTTP round trip through requests and the SDK, the ledger's code and data are no
+  longer in the CPU caches. The wrappers' own code (building the `EffectRequest`, stamping metadata or
+  tags) was under 2% of a wrapped call in a py-spy profile. This is why the provider quotients stay well
+  above the executor ratio.
 - **8 processes on few cores.** With 8 worker processes (plus PostgreSQL, plus whatever else runs) on the
   machine's cores, per-effect median latency measures waiting for a CPU at least as much as the store: the
   ratio then follows the Python cost. SQLite also serialises writers on one lock. Read the 8-worker rows as
