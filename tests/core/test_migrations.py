@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -127,3 +128,47 @@ def test_the_audit_trail_refuses_updates_and_deletes(
     with pytest.raises(Exception, match="append-only"):
         raw_audit_statement(store, statement, request)
     assert store.audit_trail("default", written.intent_key) == trail
+
+
+def test_postgres_v2_ledger_upgrades_to_one_audit_key(pg_url: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    from safe_effects._migrations import POSTGRES_BOOKKEEPING
+
+    schema = f"se_test_v2_{uuid.uuid4().hex[:10]}"
+    name = sql.Identifier(schema)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        try:
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(name))
+            conn.execute(sql.SQL(POSTGRES_BOOKKEEPING).format(schema=name))  # type: ignore[arg-type]
+            for migration in MIGRATIONS[:2]:
+                for statement in migration.postgres:
+                    conn.execute(sql.SQL(statement).format(schema=name))  # type: ignore[arg-type]
+                conn.execute(
+                    sql.SQL("INSERT INTO {}.schema_migrations (version) VALUES (%s)").format(name), (migration.version,)
+                )
+            for version, target in enumerate(["prepared", "in_flight"], start=1):
+                conn.execute(
+                    sql.SQL(
+                        "INSERT INTO {}.effect_audit (tenant_id, intent_key, at, from_status, to_status, version, "
+                        "actor, detail) VALUES ('default', 'invoice:inv_1:collect:v1', now(), NULL, %s, %s, "
+                        "'old-release', '{{}}')"
+                    ).format(name),
+                    (target, version),
+                )
+            store = PostgresStore(pg_url, schema=schema)
+            try:
+                before = store.audit_trail("default", "invoice:inv_1:collect:v1")
+                store.migrate()
+                assert store.audit_trail("default", "invoice:inv_1:collect:v1") == before
+                indexes = conn.execute(
+                    "SELECT indexdef FROM pg_indexes WHERE schemaname = %s AND tablename = 'effect_audit'", (schema,)
+                ).fetchall()
+                assert [row[0].split(" USING ")[1] for row in indexes] == ["btree (tenant_id, intent_key, id)"]
+                store.insert_if_absent(record("invoice:inv_1:collect:v1"), actor="new-release")
+                assert len(store.audit_trail("default", "invoice:inv_1:collect:v1")) == 3
+            finally:
+                store.close()
+        finally:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(name))

@@ -208,12 +208,15 @@ _V2_POSTGRES = (
     "CREATE INDEX effect_approvals_intent ON {schema}.effect_approvals (tenant_id, intent_key, id)",
 )
 
-# v3: the SQLite audit trail clustered by intent. Before, each audit row dirtied three pages (the table's
+# v3: the audit trail keyed by intent. On SQLite each audit row used to dirty three pages (the table's
 # last leaf, the (tenant, intent, id) index, and sqlite_sequence for AUTOINCREMENT), a third of every
 # claim's and confirm's WAL frames. Stored WITHOUT ROWID under its primary key (tenant_id, intent_key, id),
 # an audit row is one b-tree insert next to its intent's earlier rows. ``id`` becomes a per-intent sequence,
 # assigned in the insert under the write lock (max + 1), so it keeps ordering an intent's trail and carries
-# on past purges (audit rows are never deleted). Existing ids are kept. PostgreSQL is unchanged.
+# on past purges (audit rows are never deleted). Existing ids are kept.
+# PostgreSQL keeps its identity ids but trades the (id) primary key plus the (tenant_id, intent_key, id)
+# index for one primary key on (tenant_id, intent_key, id): one b-tree insert per audit row instead of two.
+# Building the new key locks the table for the length of one index build.
 _V3_SQLITE = (
     """CREATE TABLE effect_audit_v3 (
         tenant_id TEXT NOT NULL,
@@ -235,8 +238,14 @@ _V3_SQLITE = (
     *_SQLITE_AUDIT_APPEND_ONLY,
 )
 
+_V3_POSTGRES = (
+    "ALTER TABLE {schema}.effect_audit DROP CONSTRAINT effect_audit_pkey",
+    "ALTER TABLE {schema}.effect_audit ADD PRIMARY KEY (tenant_id, intent_key, id)",
+    "DROP INDEX {schema}.effect_audit_intent",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, _V1_SQLITE, _V1_POSTGRES),
     Migration(2, _V2_SQLITE, _V2_POSTGRES),
-    Migration(3, _V3_SQLITE, ()),
+    Migration(3, _V3_SQLITE, _V3_POSTGRES),
 )
