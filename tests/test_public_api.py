@@ -121,6 +121,7 @@ PUBLIC_API: dict[str, list[str]] = {
     ],
     "stripe_safe": [
         "BASE_CONTRACT",
+        "MAX_METADATA_KEYS",
         "METADATA_INTENT",
         "METADATA_TENANT",
         "PROVIDER",

@@ -13,15 +13,16 @@ from safe_effects import (
     EffectStatus,
     EffectUnknown,
     IntentConflict,
+    InvalidInput,
     InvalidIntentKey,
     MissingIntentKey,
     request_digest,
 )
 from safe_effects.testing import Fault
-from stripe_safe import METADATA_INTENT, METADATA_TENANT, StripeClient, receipt_of
+from stripe_safe import MAX_METADATA_KEYS, METADATA_INTENT, METADATA_TENANT, StripeClient, receipt_of
 from stripe_safe.testing import rate_limit_fault, server_error_fault
 
-from .conftest import API_KEY, KEY, PI, Env
+from .conftest import API_KEY, KEY, PI, Env, raw_client
 
 KEY_WINDOW_PASSED = timedelta(hours=25)
 
@@ -60,6 +61,26 @@ def test_metadata_stamping_leaves_the_digest_of_the_callers_params(env: Env) -> 
     expected = {"path": "/v1/payment_intents", "params": params}
     digest = request_digest({"provider": "stripe", "operation": "payment_intents.create", "params": expected})
     assert env.record().request_digest == digest
+
+
+def test_metadata_with_no_room_for_the_intent_is_refused_before_anything_is_recorded(env: Env) -> None:
+    full = {f"k{n}": "v" for n in range(MAX_METADATA_KEYS - 1)}
+    with pytest.raises(InvalidInput, match=r"metadata has 49 keys.*keep the caller's to 48 or fewer"):
+        create(env, {**PI, "metadata": full})
+    assert env.fake.requests() == []
+    assert env.ledger.store.list_by_status(list(EffectStatus)) == []
+
+    fits = {f"k{n}": "v" for n in range(MAX_METADATA_KEYS - 2)}
+    create(env, {**PI, "metadata": fits})
+    assert len(env.fake.payment_intents[0]["metadata"]) == MAX_METADATA_KEYS
+    assert (env.record().status, env.fake.effect_count("payment_intents.create")) == (EffectStatus.CONFIRMED, 1)
+
+
+def test_the_fake_refuses_more_metadata_keys_than_stripe_allows(env: Env) -> None:
+    too_many = {f"k{n}": "v" for n in range(MAX_METADATA_KEYS + 1)}
+    with pytest.raises(stripe.InvalidRequestError, match="up to 50 keys"):
+        raw_client(env.fake.url).v1.payment_intents.create(params={**PI, "metadata": too_many})  # type: ignore[arg-type]
+    assert env.fake.effect_count("payment_intents.create") == 0
 
 
 def test_missing_key_raises_before_anything_is_sent(env: Env) -> None:

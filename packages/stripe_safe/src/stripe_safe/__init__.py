@@ -5,6 +5,7 @@ from ._classify import classify
 from ._client import StripeClient, receipt_of
 from ._contract import (
     BASE_CONTRACT,
+    MAX_METADATA_KEYS,
     METADATA_INTENT,
     METADATA_TENANT,
     PROVIDER,
@@ -28,6 +29,7 @@ __all__ = [
     "PROVIDER",
     "METADATA_INTENT",
     "METADATA_TENANT",
+    "MAX_METADATA_KEYS",
     "operation_for",
     "provider_key",
     "search_query",

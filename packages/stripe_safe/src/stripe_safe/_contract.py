@@ -16,6 +16,7 @@ from safe_effects import (
     ConcurrentSameKey,
     IdempotencyContract,
     IntentKey,
+    InvalidInput,
     LookupKind,
     LookupMethod,
     ParameterMatching,
@@ -32,6 +33,7 @@ READ_TIMEOUT = 30.0
 METADATA_INTENT = "safe_effects_intent"  # Stripe metadata keys are at most 40 characters
 METADATA_TENANT = "safe_effects_tenant"
 MAX_METADATA_VALUE = 500
+MAX_METADATA_KEYS = 50  # per object (docs.stripe.com/api/metadata); the wrapper's two keys count too
 
 # Resources the Search API covers (docs.stripe.com/search#supported-query-fields-for-each-resource).
 SEARCHABLE = frozenset({"payment_intents", "charges", "customers", "invoices", "prices", "products", "subscriptions"})
@@ -155,12 +157,23 @@ def provider_key(tenant: str, intent_key: IntentKey) -> str:
 
 
 def stamp_metadata(operation: str, params: Mapping[str, Any], intent_key: str, tenant: str) -> dict[str, Any]:
-    """The params actually sent: the caller's, plus the intent and tenant in ``metadata`` on stamped creates."""
+    """The params actually sent: the caller's, plus the intent and tenant in ``metadata`` on stamped creates.
+
+    A create whose own metadata leaves no room for the two keys is refused here, before the ledger records
+    anything: Stripe would refuse it anyway, and a create without them could not be found by search later.
+    """
     sent = dict(params)
     if operation in STAMPED_CREATES and len(intent_key) <= MAX_METADATA_VALUE:
         existing = sent.get("metadata")
         metadata = dict(existing) if isinstance(existing, Mapping) else {}
-        sent["metadata"] = {**metadata, METADATA_INTENT: intent_key, METADATA_TENANT: tenant}
+        stamped = {**metadata, METADATA_INTENT: intent_key, METADATA_TENANT: tenant}
+        if len(stamped) > MAX_METADATA_KEYS:
+            raise InvalidInput(
+                f"{operation}: metadata has {len(metadata)} keys of the caller's; Stripe allows "
+                f"{MAX_METADATA_KEYS} per object and stripe_safe adds {METADATA_INTENT!r} and {METADATA_TENANT!r} "
+                f"(so a lookup can find the object later): keep the caller's to {MAX_METADATA_KEYS - 2} or fewer"
+            )
+        sent["metadata"] = stamped
     return sent
 
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from stripe_safe._contract import MAX_METADATA_KEYS
+
 # Test payment methods (docs.stripe.com/testing) and what the fake does with them.
 DECLINES: Mapping[str, tuple[str, str]] = {
     "pm_card_chargeDeclined": ("card_declined", "generic_decline"),
@@ -59,9 +61,18 @@ def _amount(params: Mapping[str, Any], name: str = "amount") -> int:
     return value
 
 
-def _metadata(params: Mapping[str, Any]) -> dict[str, str]:
+def _metadata(params: Mapping[str, Any], on: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The object's metadata after ``params`` (merged into ``on`` for an update); Stripe's 50-key limit holds."""
     raw = params.get("metadata")
-    return {str(k): str(v) for k, v in raw.items()} if isinstance(raw, Mapping) else {}
+    merged = {**(on or {}), **({str(k): str(v) for k, v in raw.items()} if isinstance(raw, Mapping) else {})}
+    if len(merged) > MAX_METADATA_KEYS:
+        raise ApiError(
+            400,
+            "invalid_request_error",
+            f"You can only specify up to {MAX_METADATA_KEYS} keys in metadata (got {len(merged)}).",
+            param="metadata",
+        )
+    return merged
 
 
 class World:
@@ -209,7 +220,7 @@ class World:
 
     def update_payment_intent(self, oid: str, params: Mapping[str, Any]) -> Result:
         pi = self.get("payment_intents", oid)
-        pi["metadata"] = {**pi["metadata"], **_metadata(params)}
+        pi["metadata"] = _metadata(params, on=pi["metadata"])
         pi.update({k: params[k] for k in ("description", "payment_method") if k in params})
         return Result(200, pi, effect=True)
 
