@@ -12,8 +12,6 @@ from contextlib import nullcontext
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from pydantic_core import to_json
-
 from ._approvals import Approval, ApprovalState
 from ._errors import InvalidInput, MissingDependency, StaleRecord
 from ._migrations import MIGRATIONS, POSTGRES_BOOKKEEPING
@@ -25,6 +23,7 @@ from ._rows import (
     Codec,
     first_audit,
     from_row,
+    json_text,
     plan_transition,
     row_encoder,
     stale,
@@ -54,6 +53,27 @@ _AUDIT_CASTS = {
 _AUDIT_PARAMS = tuple(_AUDIT_CASTS)  # AuditEntry fields, in the order the statements bind them
 
 
+class _Checkout:
+    """``pool.connection()`` for this store's autocommit connections, as a plain class.
+
+    The pool's own context manager is a generator that also commits on exit; every statement here commits
+    itself (or runs in an explicit ``conn.transaction()``), and ``putconn`` rolls back whatever is left open
+    and discards a broken connection. Two checkouts per effect made the difference measurable.
+    """
+
+    __slots__ = ("_conn", "_pool")
+
+    def __init__(self, pool: ConnectionPool[Connection[TupleRow]]) -> None:
+        self._pool = pool
+
+    def __enter__(self) -> Connection[TupleRow]:
+        self._conn = self._pool.getconn()
+        return self._conn
+
+    def __exit__(self, *exc: object) -> None:
+        self._pool.putconn(self._conn)
+
+
 def _render(query: sql.Composable) -> bytes:
     """Rendered once at start-up: psycopg would otherwise re-escape every identifier on every execute."""
     return query.as_bytes(None)
@@ -67,7 +87,6 @@ class PostgresStore:
             import psycopg  # noqa: PLC0415  # optional extra: imported only when a PostgresStore is made
             from psycopg import sql  # noqa: PLC0415  # idem
             from psycopg.rows import dict_row  # noqa: PLC0415  # idem
-            from psycopg.types.json import Jsonb  # noqa: PLC0415  # idem
             from psycopg_pool import ConnectionPool  # noqa: PLC0415  # idem
         except ImportError as error:
             raise MissingDependency("psycopg", "postgres") from error
@@ -79,7 +98,9 @@ class PostgresStore:
         self._codec = Codec(
             time_out=lambda value: value,
             time_in=lambda value: value.astimezone(UTC),
-            json_out=lambda value: Jsonb(value, dumps=to_json),  # pydantic-core: dicts and models alike
+            # JSON text, bound as an untyped string that PostgreSQL reads as the jsonb its column or cast
+            # asks for: psycopg's C string dumper, where a Jsonb wrapper takes a Python dumper per value
+            json_out=json_text,
             json_in=lambda value: value,
         )
         self._pool: ConnectionPool[Connection[TupleRow]] = ConnectionPool(
@@ -179,7 +200,7 @@ class PostgresStore:
     def migrate(self) -> None:
         """Apply pending migrations under a per-schema advisory lock, so concurrent callers run them once."""
         lock = int.from_bytes(hashlib.sha256(f"safe_effects:{self.schema}".encode()).digest()[:8], signed=True)
-        with self._pool.connection() as conn, conn.transaction():
+        with _Checkout(self._pool) as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (lock,))
             # checked first: CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when it exists
             if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)).fetchone() is None:
@@ -204,7 +225,7 @@ class PostgresStore:
             first_audit(record, actor=actor, reason=reason)
         )
         if connection is None:
-            with self._pool.connection() as conn:
+            with _Checkout(self._pool) as conn:
                 return self._insert_or_get(conn, record, params)
         if not isinstance(connection, self._connection_type):
             raise InvalidInput(f"connection must be a psycopg.Connection, got {type(connection).__name__}")
@@ -229,7 +250,7 @@ class PostgresStore:
 
     def get(self, tenant: str, intent_key: str) -> EffectRecord | None:
         check_tenant(tenant)
-        with self._pool.connection() as conn:
+        with _Checkout(self._pool) as conn:
             return self._fetch_one(conn, tenant, intent_key)
 
     def transition(
@@ -252,7 +273,7 @@ class PostgresStore:
         params = row_encoder(EffectRecord, self._codec, fields).values(new)
         params += (record.tenant, record.intent_key, record.status.value, record.version)
         params += self._audit_row.values(audit)
-        with self._pool.connection() as conn:
+        with _Checkout(self._pool) as conn:
             # alone, the statement commits itself; a crash point needs a transaction to run inside
             atomic = conn.transaction() if before_commit is not None else nullcontext()
             with atomic:
@@ -303,39 +324,39 @@ class PostgresStore:
         query, params = self._list_query(
             statuses, tenant=tenant, provider=provider, updated_before=updated_before, limit=limit
         )
-        with self._pool.connection() as conn, conn.cursor(row_factory=self._dict_row) as cur:
+        with _Checkout(self._pool) as conn, conn.cursor(row_factory=self._dict_row) as cur:
             return [from_row(EffectRecord, row, self._codec) for row in cur.execute(query, params)]
 
     def find_by_provider_key(self, provider: str, provider_key: str) -> list[EffectRecord]:
-        with self._pool.connection() as conn, conn.cursor(row_factory=self._dict_row) as cur:
+        with _Checkout(self._pool) as conn, conn.cursor(row_factory=self._dict_row) as cur:
             rows = cur.execute(self._by_provider_key, (provider, provider_key)).fetchall()
         return [from_row(EffectRecord, row, self._codec) for row in rows]
 
     def audit_trail(self, tenant: str, intent_key: str) -> list[AuditEntry]:
         check_tenant(tenant)
-        with self._pool.connection() as conn, conn.cursor(row_factory=self._dict_row) as cur:
+        with _Checkout(self._pool) as conn, conn.cursor(row_factory=self._dict_row) as cur:
             rows = cur.execute(self._audit_trail, (tenant, intent_key)).fetchall()
         return [from_row(AuditEntry, row, self._codec) for row in rows]
 
     def add_evidence(self, evidence: Evidence) -> bool:
         """Insert once per (provider, source, event_id); False when it was already there."""
         row = to_row(evidence, self._codec)
-        with self._pool.connection() as conn:
+        with _Checkout(self._pool) as conn:
             return conn.execute(self._add_evidence, row).fetchone() is not None
 
     def evidence_for(self, tenant: str, intent_key: str) -> list[Evidence]:
         check_tenant(tenant)
-        with self._pool.connection() as conn, conn.cursor(row_factory=self._dict_row) as cur:
+        with _Checkout(self._pool) as conn, conn.cursor(row_factory=self._dict_row) as cur:
             rows = cur.execute(self._evidence_for, (tenant, intent_key)).fetchall()
         return [from_row(Evidence, row, self._codec) for row in rows]
 
     def status_counts(self) -> list[tuple[str, str, EffectStatus, int]]:
-        with self._pool.connection() as conn:
+        with _Checkout(self._pool) as conn:
             rows = conn.execute(self._status_counts).fetchall()
         return [(tenant, provider, EffectStatus(status), count) for tenant, provider, status, count in rows]
 
     def oldest_updated(self, status: EffectStatus) -> dict[str, datetime]:
-        with self._pool.connection() as conn:
+        with _Checkout(self._pool) as conn:
             rows = conn.execute(self._oldest, (EffectStatus(status).value,)).fetchall()
         return {provider: oldest.astimezone(UTC) for provider, oldest in rows}
 
@@ -345,7 +366,7 @@ class PostgresStore:
         if not values or limit <= 0:
             return 0
         params = {"s": values, "cutoff": utc(updated_before, "updated_before"), "limit": limit}
-        with self._pool.connection() as conn:
+        with _Checkout(self._pool) as conn:
             return conn.execute(self._purge, params).rowcount
 
     # -- pending approvals (two-person rule) -------------------------------------------------------------
@@ -371,7 +392,7 @@ class PostgresStore:
         pending = self._approvals_sql(
             "SELECT {columns} FROM {table} WHERE tenant_id = %s AND intent_key = %s AND state = 'pending'"
         )
-        with self._pool.connection() as conn, conn.cursor(row_factory=self._dict_row) as cur:
+        with _Checkout(self._pool) as conn, conn.cursor(row_factory=self._dict_row) as cur:
             inserted = cur.execute(insert, row).fetchone()
             if inserted is not None:
                 return approval.model_copy(update={"id": inserted["id"]}), True
@@ -400,7 +421,7 @@ class PostgresStore:
             "s": None if state is None else ApprovalState(state).value,
             "limit": limit,
         }
-        with self._pool.connection() as conn, conn.cursor(row_factory=self._dict_row) as cur:
+        with _Checkout(self._pool) as conn, conn.cursor(row_factory=self._dict_row) as cur:
             rows = cur.execute(query, params).fetchall()
         return [from_row(Approval, row, self._codec) for row in rows]
 
@@ -413,5 +434,5 @@ class PostgresStore:
             "WHERE id = %s AND state = %s"
         )
         params = (ApprovalState(state).value, decided_by, reason, utc(now, "now"), approval.id, approval.state.value)
-        with self._pool.connection() as conn:
+        with _Checkout(self._pool) as conn:
             return conn.execute(update, params).rowcount == 1

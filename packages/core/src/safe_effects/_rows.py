@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 
 from ._errors import InvalidInput, StaleRecord
+from ._keys import IntentKey
 from ._records import AuditEntry, EffectRecord
 from ._states import EffectStatus, check_transition
 from ._tenants import check_tenant
@@ -63,10 +64,10 @@ def utc(value: datetime, name: str) -> datetime:
     return value.astimezone(UTC)
 
 
-def _enum_type(annotation: Any) -> bool:
-    """Whether a field holds an Enum (alone or ``| None``): those bind by value, never by name."""
+def _holds(annotation: Any, kind: type) -> bool:
+    """Whether a field's type is ``kind`` or a subclass, alone or ``| None``."""
     candidates = get_args(annotation) or (annotation,)
-    return any(isinstance(c, type) and issubclass(c, Enum) for c in candidates)
+    return any(isinstance(c, type) and issubclass(c, kind) for c in candidates)
 
 
 def _converter(model: type[BaseModel], field: str, codec: Codec) -> Callable[[Any], Any] | None:
@@ -77,9 +78,12 @@ def _converter(model: type[BaseModel], field: str, codec: Codec) -> Callable[[An
         return lambda value: codec.time_out(utc(value, field))
     if field in JSON_FIELDS:
         return codec.json_out
-    if _enum_type(model.model_fields[field].annotation):
+    annotation = model.model_fields[field].annotation
+    if _holds(annotation, Enum):
         return attrgetter("value")  # psycopg would dump an Enum by its name
-    return None  # str (IntentKey included), int, bool: both drivers bind them natively
+    if _holds(annotation, IntentKey):
+        return str  # a plain str takes psycopg's C dumper; a subclass is looked up in Python on every bind
+    return None  # str, int, bool: both drivers bind them natively
 
 
 class RowEncoder:
