@@ -65,10 +65,11 @@ _RECORD_ROW = row_encoder(EffectRecord, _CODEC)
 _AUDIT_ROW = row_encoder(AuditEntry, _CODEC)
 
 
-# the record stays in Python: RETURNING 1 only says whether it was new
+# the record stays in Python, and rowcount says whether a row was written: RETURNING made SQLite build a
+# result row per write, about 15 us each on the test machine
 _INSERT = (
     f"INSERT INTO effect_intents ({', '.join(_RECORD_ROW.columns)}) "
-    f"VALUES ({', '.join('?' * len(_RECORD_ROW.columns))}) ON CONFLICT (tenant_id, intent_key) DO NOTHING RETURNING 1"
+    f"VALUES ({', '.join('?' * len(_RECORD_ROW.columns))}) ON CONFLICT (tenant_id, intent_key) DO NOTHING"
 )
 _AUDIT_PARAM = {column: f"?{n}" for n, column in enumerate(_AUDIT_ROW.columns, start=1)}  # numbered: reused
 _INSERT_AUDIT = (  # the id: next in this intent's own sequence (see migration v3), under the write lock
@@ -85,7 +86,7 @@ def _update(fields: tuple[str, ...]) -> tuple[str, RowEncoder]:
     assignments = ", ".join(f"{column} = ?" for column in encoder.columns)
     sql = (
         f"UPDATE effect_intents SET {assignments} "
-        "WHERE tenant_id = ? AND intent_key = ? AND status = ? AND version = ? RETURNING version"
+        "WHERE tenant_id = ? AND intent_key = ? AND status = ? AND version = ?"
     )
     return sql, encoder
 
@@ -203,7 +204,7 @@ class SQLiteStore:
     def _insert(
         self, conn: sqlite3.Connection, record: EffectRecord, row: list[Any], audit: list[Any]
     ) -> tuple[EffectRecord, bool]:
-        if conn.execute(_INSERT, row).fetchone() is not None:
+        if conn.execute(_INSERT, row).rowcount == 1:
             conn.execute(_INSERT_AUDIT, audit)
             return record, True  # the row is exactly the record: no need to parse it back
         existing = self._select(conn, record.tenant, record.intent_key)
@@ -238,7 +239,7 @@ class SQLiteStore:
         params += (record.tenant, record.intent_key, record.status.value, record.version)
         audit_row = _AUDIT_ROW.values(audit)  # everything encoded before the write lock is taken
         with self._write() as conn:
-            if conn.execute(update, params).fetchone() is None:
+            if conn.execute(update, params).rowcount != 1:
                 raise stale(record, self._select(conn, record.tenant, record.intent_key))
             conn.execute(_INSERT_AUDIT, audit_row)
             if before_commit is not None:
