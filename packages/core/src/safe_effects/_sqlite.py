@@ -85,8 +85,7 @@ def _update(fields: tuple[str, ...]) -> tuple[str, RowEncoder]:
     encoder = row_encoder(EffectRecord, _CODEC, fields)  # fields are checked against the model first
     assignments = ", ".join(f"{column} = ?" for column in encoder.columns)
     sql = (
-        f"UPDATE effect_intents SET {assignments} "
-        "WHERE tenant_id = ? AND intent_key = ? AND status = ? AND version = ?"
+        f"UPDATE effect_intents SET {assignments} WHERE tenant_id = ? AND intent_key = ? AND status = ? AND version = ?"
     )
     return sql, encoder
 
