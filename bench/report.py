@@ -228,8 +228,8 @@ def floor_spread(provider_rows: list[tuple[str, Row]]) -> str:
 WHERE_THE_TIME_GOES = """\
 Measured on this machine on 2026-11-29 (diagnostic scripts, not part of the page's run):
 
-- **One run is one sample.** Eight runs of `ledger_overhead.py` on 2026-11-29 on this 2-core VM (this
-  page's included) gave executor/raw ratios of 1.26-1.73 (SQLite, 1 worker), 1.63-2.08 (SQLite, 8),
+- **One run is one sample.** Eight earlier runs of `ledger_overhead.py` on 2026-11-29 on this 2-core VM
+  gave executor/raw ratios of 1.26-1.73 (SQLite, 1 worker), 1.63-2.08 (SQLite, 8),
   1.44-2.11 (PostgreSQL, 1) and 2.02-2.59 (PostgreSQL, 8); the provider quotients ranged 2.1-2.9. The raw
   floor itself varied up to 2.4x between runs (disk flush latency). Compare a change against figures from
   the same hour, and run twice.
