@@ -21,9 +21,11 @@ from ._rows import (
     RECORD_COLUMNS,
     RECORD_FIELDS,
     Codec,
+    RowEncoder,
     first_audit,
     from_row,
     json_text,
+    list_filters,
     plan_transition,
     row_encoder,
     stale,
@@ -143,6 +145,7 @@ class PostgresStore:
                 "RETURNING {}), audited AS ({}) SELECT 1 FROM changed"
             ).format(intents, cols, sql.SQL(", ").join([sql.SQL("%s")] * len(RECORD_COLUMNS)), returned, audit_insert)
         )
+        self._updates: dict[tuple[str, ...], tuple[bytes, RowEncoder]] = {}  # filled by _update
         self._update_head = _render(sql.SQL("WITH changed AS (UPDATE {} SET ").format(intents))
         self._update_tail = _render(
             sql.SQL(
@@ -269,8 +272,8 @@ class PostgresStore:
         new, fields, audit = plan_transition(
             record, to, now=now, actor=actor, reason=reason, changes=changes, detail=detail
         )
-        query = self._update_head + b", ".join([self._assign[f] for f in fields]) + self._update_tail
-        params = row_encoder(EffectRecord, self._codec, fields).values(new)
+        query, encoder = self._update(fields)
+        params = encoder.values(new)
         params += (record.tenant, record.intent_key, record.status.value, record.version)
         params += self._audit_row.values(audit)
         with _Checkout(self._pool) as conn:
@@ -282,6 +285,13 @@ class PostgresStore:
                 if before_commit is not None:
                     before_commit()
         return new  # what was written, validated by plan_transition: no need to parse it back
+
+    def _update(self, fields: tuple[str, ...]) -> tuple[bytes, RowEncoder]:
+        """The conditional UPDATE for one set of changed fields (a handful of shapes), and its encoder."""
+        if (known := self._updates.get(fields)) is None:
+            query = self._update_head + b", ".join([self._assign[f] for f in fields]) + self._update_tail
+            known = self._updates[fields] = (query, row_encoder(EffectRecord, self._codec, fields))
+        return known
 
     def _list_query(
         self,
@@ -295,15 +305,11 @@ class PostgresStore:
         """The list_by_status SQL and its parameters (kept apart so a test can EXPLAIN exactly this)."""
         params: list[Any] = [[EffectStatus(s).value for s in statuses]]
         query = self._list_head
-        if tenant is not None:
-            query += b" AND tenant_id = %s"
-            params.append(check_tenant(tenant))
-        if provider is not None:
-            query += b" AND provider = %s"
-            params.append(provider)
-        if updated_before is not None:
-            query += b" AND updated_at < %s"
-            params.append(utc(updated_before, "updated_before"))
+        for condition, value in list_filters(
+            self._codec, tenant=tenant, provider=provider, updated_before=updated_before
+        ):
+            query += b" AND " + condition.format("%s").encode()
+            params.append(value)
         params.append(limit)
         return query + b" ORDER BY updated_at, tenant_id, intent_key LIMIT %s", params
 

@@ -120,6 +120,20 @@ def to_row(model: BaseModel, codec: Codec, fields: Collection[str] | None = None
     return dict(zip(encoder.columns, encoder.values(model), strict=True))
 
 
+def list_filters(
+    codec: Codec, *, tenant: str | None, provider: str | None, updated_before: datetime | None
+) -> list[tuple[str, Any]]:
+    """``list_by_status``'s optional filters, validated, as (condition with ``{}`` for the placeholder, value)."""
+    filters: list[tuple[str, Any]] = []
+    if tenant is not None:
+        filters.append(("tenant_id = {}", check_tenant(tenant)))
+    if provider is not None:
+        filters.append(("provider = {}", provider))
+    if updated_before is not None:
+        filters.append(("updated_at < {}", codec.time_out(utc(updated_before, "updated_before"))))
+    return filters
+
+
 def from_row(model: type[M], row: Mapping[str, Any], codec: Codec) -> M:
     """Validate a fetched row back into ``model``; columns the model lacks (serial ids) are dropped."""
     data: dict[str, Any] = {}

@@ -25,6 +25,7 @@ from ._rows import (
     first_audit,
     from_row,
     json_text,
+    list_filters,
     plan_transition,
     row_encoder,
     stale,
@@ -257,15 +258,9 @@ class SQLiteStore:
         """The list_by_status SQL and its parameters (kept apart so a test can EXPLAIN exactly this)."""
         params: list[Any] = [EffectStatus(s).value for s in statuses]
         query = f"{_SELECT} WHERE status IN ({', '.join('?' * len(params))})"
-        if tenant is not None:
-            query += " AND tenant_id = ?"
-            params.append(check_tenant(tenant))
-        if provider is not None:
-            query += " AND provider = ?"
-            params.append(provider)
-        if updated_before is not None:
-            query += " AND updated_at < ?"
-            params.append(_CODEC.time_out(utc(updated_before, "updated_before")))
+        for condition, value in list_filters(_CODEC, tenant=tenant, provider=provider, updated_before=updated_before):
+            query += " AND " + condition.format("?")
+            params.append(value)
         params.append(limit)
         return query + " ORDER BY updated_at, tenant_id, intent_key LIMIT ?", params
 
