@@ -205,6 +205,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "intent_tags",
         "is_send",
         "moto_sent_messages",
+        "moto_server",
         "reset_moto",
         "ses_event",
         "sns_envelope",

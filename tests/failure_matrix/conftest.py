@@ -14,7 +14,8 @@ from typing import Any
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
+
+from ses_safe.testing import moto_server
 
 from ._providers import ProviderFake, SendGridFake, SesFake, StripeFake
 
@@ -29,11 +30,8 @@ def backend() -> str:
 
 @pytest.fixture(scope="session")
 def moto_url() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
+    with moto_server() as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

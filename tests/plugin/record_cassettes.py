@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-from moto.server import ThreadedMotoServer
 
 from safe_effects import Ledger
 from safe_effects.testing import fault_cassette
 from sendgrid_safe.testing import FakeSendGrid
+from ses_safe.testing import moto_server
 from stripe_safe.testing import FakeStripe
 
 from . import _scenarios as s
@@ -56,17 +56,11 @@ def main() -> None:
 
         record(s.SENDGRID_SEND, sendgrid.url, s.SENDGRID_API, send_then_search)
 
-    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    moto.start()
-    try:
-        host, port = moto.get_host_and_port()
-        moto_url = f"http://{host}:{port}"
+    with moto_server() as moto_url:
         ses = boto3.client("ses", endpoint_url=moto_url, **s.AWS)  # type: ignore[call-overload]  # AWS: a dict of str
         ses.verify_email_identity(EmailAddress=s.SENDER)
         with Ledger.open(f"sqlite:///{workdir / 'ses.db'}") as ledger:
             record(s.SES_SEND, moto_url, s.SES_API, lambda: s.email_invoice_by_ses(ledger, moto_url))
-    finally:
-        moto.stop()
 
 
 if __name__ == "__main__":

@@ -11,11 +11,10 @@ from typing import Any
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 import ses_safe
 from safe_effects import Ledger, RetryPolicy
-from ses_safe.testing import MotoFaultProxy, moto_sent_messages, reset_moto
+from ses_safe.testing import MotoFaultProxy, moto_sent_messages, moto_server, reset_moto
 
 REGION = "us-east-1"
 SENDER = "sender@example.com"
@@ -26,11 +25,8 @@ Factory = Callable[..., Any]
 
 @pytest.fixture(scope="session")
 def moto_url() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
+    with moto_server() as url:
+        yield url
 
 
 @pytest.fixture

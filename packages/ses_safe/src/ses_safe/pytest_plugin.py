@@ -12,8 +12,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from safe_effects import MissingDependency
-
 if TYPE_CHECKING:
     from safe_effects.testing import FaultWatch
     from ses_safe.testing import MotoFaultProxy
@@ -22,15 +20,10 @@ if TYPE_CHECKING:
 @pytest.fixture(scope="session")
 def ses_moto_url() -> Iterator[str]:
     """A moto server on 127.0.0.1 for the whole session."""
-    try:
-        from moto.server import ThreadedMotoServer  # noqa: PLC0415  # optional extra: ses-safe[testing]
-    except ImportError as error:
-        raise MissingDependency("moto", "testing", distribution="ses-safe") from error
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
+    from ses_safe.testing import moto_server  # noqa: PLC0415  # boto3 stays out of start-up
+
+    with moto_server() as url:
+        yield url
 
 
 @pytest.fixture

@@ -1,13 +1,14 @@
 """Test helpers: a fault proxy for moto and SNS-shaped SES events (needs ``ses-safe[testing]`` for moto)."""
 
 from ._events import intent_tags, ses_event, sns_envelope
-from ._moto import moto_sent_messages, reset_moto
+from ._moto import moto_sent_messages, moto_server, reset_moto
 from ._proxy import MotoFaultProxy, is_send
 
 __all__ = [
     "MotoFaultProxy",
     "is_send",
     "moto_sent_messages",
+    "moto_server",
     "reset_moto",
     "ses_event",
     "sns_envelope",
