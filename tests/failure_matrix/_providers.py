@@ -10,10 +10,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from safe_effects import Ledger
 from safe_effects.testing import FakeClock, FakeHTTPServer, FakeRequest, Fault
+
+if TYPE_CHECKING:
+    from sendgrid_safe.testing import FakeSendGrid
+    from stripe_safe.testing import FakeStripe
 
 Hook = Callable[[FakeRequest], None]
 
@@ -48,17 +52,11 @@ class ProviderFake(Protocol):
     def deliver_event(self, ledger: Ledger) -> None: ...
 
 
-class StripeFake:
-    """FakeStripe on a FakeClock: dedupes by Idempotency-Key for 24 h of that clock."""
+class _ServedFake:
+    """What the Stripe and SendGrid cases share: one fake served over HTTP (``self.fake``) and its write path."""
 
-    name = "stripe"
-    path = "/v1/payment_intents"
-
-    def __init__(self) -> None:
-        from stripe_safe.testing import FakeStripe
-
-        self.clock = FakeClock()
-        self.fake = FakeStripe(clock=self.clock).start()
+    path: str
+    fake: FakeStripe | FakeSendGrid  # imported lazily by each subclass
 
     def close(self) -> None:
         self.fake.close()
@@ -71,6 +69,23 @@ class StripeFake:
     def server(self) -> FakeHTTPServer:
         return self.fake.server
 
+    def inject_delay(self, seconds: float) -> None:
+        self.fake.inject(Fault.delay(seconds, path_prefix=self.path))
+
+
+class StripeFake(_ServedFake):
+    """FakeStripe on a FakeClock: dedupes by Idempotency-Key for 24 h of that clock."""
+
+    name = "stripe"
+    path = "/v1/payment_intents"
+    fake: FakeStripe
+
+    def __init__(self) -> None:
+        from stripe_safe.testing import FakeStripe
+
+        self.clock = FakeClock()
+        self.fake = FakeStripe(clock=self.clock).start()
+
     def is_write(self, request: FakeRequest) -> bool:
         return request.method == "POST" and request.path.startswith(self.path)
 
@@ -81,9 +96,6 @@ class StripeFake:
         ids = [str(pi["id"]) for pi in self.fake.payment_intents]
         assert self.fake.effect_count("payment_intents.create") == len(ids)
         return ids
-
-    def inject_delay(self, seconds: float) -> None:
-        self.fake.inject(Fault.delay(seconds, path_prefix=self.path))
 
     def inject_rate_limit(self, times: int) -> None:
         from stripe_safe.testing import rate_limit_fault
@@ -111,28 +123,18 @@ class StripeFake:
         Reconciler(ledger, {"stripe": adapter}).run_once()
 
 
-class SendGridFake:
+class SendGridFake(_ServedFake):
     """FakeSendGrid with the Email Activity add-on whose index lags until :meth:`later`."""
 
     name = "sendgrid"
     path = "/v3/mail/send"
+    fake: FakeSendGrid
 
     def __init__(self) -> None:
         from sendgrid_safe.testing import FakeSendGrid
 
         self.fake = FakeSendGrid(api_key="SG.fake-key").start()
         self.fake.activity_visible = False  # right after a send, Email Activity does not show it yet
-
-    def close(self) -> None:
-        self.fake.close()
-
-    @property
-    def url(self) -> str:
-        return self.fake.url
-
-    @property
-    def server(self) -> FakeHTTPServer:
-        return self.fake.server
 
     def is_write(self, request: FakeRequest) -> bool:
         return request.method == "POST" and request.path == self.path
@@ -142,9 +144,6 @@ class SendGridFake:
 
     def effect_ids(self) -> list[str]:
         return [message.message_id for message in self.fake.messages]
-
-    def inject_delay(self, seconds: float) -> None:
-        self.fake.inject(Fault.delay(seconds, path_prefix=self.path))
 
     def inject_rate_limit(self, times: int) -> None:
         body = {"errors": [{"message": "too many requests", "field": None, "help": None}]}
