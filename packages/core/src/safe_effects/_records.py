@@ -13,7 +13,9 @@ from ._states import EffectStatus
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # cache_strings off: pydantic-core otherwise keeps a copy of every str-subclass value it converts (each
+    # IntentKey in an AuditEntry) in a process-wide cache of ~16k strings; records gain nothing from it
+    model_config = ConfigDict(frozen=True, extra="forbid", cache_strings=False)
 
 
 class Resolution(_Frozen):
