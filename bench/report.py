@@ -1,4 +1,4 @@
-"""Run the four overhead benchmarks one after another and write docs/benchmarks.md from what they print.
+"""Run the five benchmarks one after another and write docs/benchmarks.md from what they print.
 
 Each script runs in its own process (sequentially, never two at once, so they do not compete for the CPU);
 its stdout goes into the page verbatim, next to what it measures, why that baseline, how to run it alone, the
@@ -85,6 +85,19 @@ BENCHMARKS = (
         "As for Stripe: the raw SDK call on the same server, same rounds; the added time over the same "
         "store's two-commit cost.",
     ),
+    Benchmark(
+        "memory_overhead.py",
+        "Memory per call: executor and wrapped clients vs raw",
+        "Python memory per call under `tracemalloc`, after 300 warm-up calls per side: `peak` is the most "
+        "memory held above the starting point during one call (median), `kept` the bytes per call still "
+        "allocated after n more calls and a full garbage collection (a leak shows as a steady positive "
+        "figure; `verdict` says `leak?` above 100 B per call). `safe RSS` is the process's resident-set "
+        "growth per wrapped call: it also sees C allocations (SQLite's page cache, libpq), and on SQLite it "
+        "includes the page cache filling as the file grows, which `PRAGMA cache_size` bounds (2 MiB per "
+        "connection by default).",
+        "For the executor, the raw two-commit pair; for each provider, the raw SDK call on the same fake or "
+        "moto server (the overhead scripts' call builders). `peak ratio` = wrapped peak ÷ raw peak.",
+    ),
 )
 
 
@@ -148,6 +161,24 @@ _LEDGER_ROW = re.compile(
     r"(?P<raw_rate>\d+)\s+(?P<exec_rate>\d+)$"
 )
 _ONE_KEY = re.compile(r"^(?P<store>\w+)\s+(?P<workers>\d+) on one key: .* dispatches: (?P<dispatches>\d+)$")
+_MEMORY_ROW = re.compile(
+    r"^(?P<subject>\w+)\s+(?P<store>\w+)\s+\d+\s+[\d.]+\s+[\d.]+\s+(?P<ratio>[\d.]+)\s+-?\d+\s+(?P<kept>-?\d+)\s+"
+    r"(?:-?\d+|n/a)\s+(?P<verdict>no growth|leak\?)$"
+)
+
+
+def memory_reading(stdout: str) -> str:
+    """One bullet: which subjects kept memory per call, and the wrapped/raw peak ratios of the providers."""
+    rows = [m for line in stdout.splitlines() if (m := _MEMORY_ROW.match(line.strip())) is not None]
+    if not rows:
+        return ""
+    leaks = [f"{m['subject']}/{m['store']} ({m['kept']} B per call)" for m in rows if m["verdict"] != "no growth"]
+    ratios = [float(m["ratio"]) for m in rows if m["subject"] != "executor"]
+    kept = f"kept memory per call: {', '.join(leaks)}" if leaks else "no subject kept memory from call to call"
+    spread = ""
+    if ratios:
+        spread = f"; a wrapped provider call peaks at {min(ratios):.2f}-{max(ratios):.2f} x the raw SDK call's"
+    return f"Memory: {kept}{spread}."
 
 
 def reading(runs: list[Run]) -> list[str]:
@@ -158,6 +189,8 @@ def reading(runs: list[Run]) -> list[str]:
         if r.returncode != 0:
             bullets.append(f"**{r.benchmark.script} failed** (exit {r.returncode}); see its output below.")
         provider_rows += [(r.benchmark.script, row) for row in parse_rows(r.stdout)]
+        if r.benchmark.script == "memory_overhead.py":
+            bullets.append(memory_reading(r.stdout))
         if r.benchmark.script == "ledger_overhead.py":
             for line in r.stdout.splitlines():
                 if (m := _LEDGER_ROW.match(line.strip())) is not None:
@@ -259,6 +292,11 @@ Measured on this machine on 2026-11-29 (diagnostic scripts, not part of the page
   machine's cores, per-effect median latency measures waiting for a CPU at least as much as the store: the
   ratio then follows the Python cost. SQLite also serialises writers on one lock. Read the 8-worker rows as
   throughput and correctness (one dispatch on one key) as much as per-call cost.
+- **Memory.** The first run of `memory_overhead.py` (2026-11-29) showed every audited call keeping about
+  90 bytes per audit row: pydantic-core's string cache (on by default, about 16k entries, process-wide) kept
+  a copy of each `IntentKey` it converted to a plain `str` for `AuditEntry.intent_key`. Bounded at roughly
+  1.6 MB, but memory held for nothing and noise in any leak check; the record models now set
+  `cache_strings=False`, and the figures above are after that change.
 - **The fakes.** FakeStripe and FakeSendGrid are served from a child process (like moto), so their own work
   does not share the client's GIL; it is the same for the raw and the wrapped call either way.
 """
@@ -275,7 +313,7 @@ def page(runs: list[Run], facts: str, note: str) -> str:
             f"### {b.title}\n\n"
             f"**Measures.** {b.measures}\n\n"
             f"**Baseline.** {b.baseline}\n\n"
-            f"**Alone:** `.venv/bin/python bench/{b.script}` (`--help` for `--calls`, `--seconds`, `--pg`); "
+            f"**Alone:** `.venv/bin/python bench/{b.script}` (`--help` for its options: `--calls`, `--pg`, ...); "
             f"took {r.seconds:.1f} s here.\n\n"
             f"```text\n{output}\n```\n"
         )
@@ -289,18 +327,19 @@ by `bench/report.py`; edit that script, not this page.
 ## Reproduce
 
 ```bash
-.venv/bin/python bench/report.py           # runs the four scripts below one after another, rewrites this page
+.venv/bin/python bench/report.py           # runs the five scripts below one after another, rewrites this page
 .venv/bin/python bench/ledger_overhead.py  # any one of them alone; each takes --pg URL ('' skips PostgreSQL)
 .venv/bin/python bench/stripe_overhead.py
 .venv/bin/python bench/sendgrid_overhead.py
 .venv/bin/python bench/ses_overhead.py
+.venv/bin/python bench/memory_overhead.py
 ```
 
-Each script runs in under a minute (a time bound cuts the rounds short on a slow machine; `n` says how many
-were measured). Stores: a fresh SQLite file in a temporary directory (WAL, `synchronous=FULL`) and a fresh
-PostgreSQL schema, migrated first and dropped afterwards; when PostgreSQL is unreachable a script says why and
-reports SQLite only. Shared code (stores, raw two-commit floor, interleaved timing, report format) lives in
-`bench/_harness.py`.
+Each timing script runs in under a minute (a time bound cuts the rounds short on a slow machine; `n` says how
+many were measured); the memory script takes a little over a minute. Stores: a fresh SQLite file in a
+temporary directory (WAL, `synchronous=FULL`) and a fresh PostgreSQL schema, migrated first and dropped
+afterwards; when PostgreSQL is unreachable a script says why and reports SQLite only. Shared code (stores,
+raw two-commit floor, interleaved timing, report format) lives in `bench/_harness.py`.
 
 **How the provider figures are taken.** For each store, the raw SDK call, the wrapped call and the two-commit
 floor run interleaved, one of each per round with the order rotated every round, after 10 discarded warm-up
