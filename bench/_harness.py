@@ -129,7 +129,13 @@ _DIGEST = "sha256:" + "0" * 64
 _LEASE_OWNER = "bench-host:1:0123abcd"
 
 
-def _sqlite_pair(path: str) -> Iterator[Callable[[str], None]]:
+# The audit rows a claim and a confirm add, by hand, for the design floor (``raw_pair(url, audit=True)``).
+_AUDIT_COLUMNS = "tenant_id, intent_key, at, from_status, to_status, version, actor, reason, detail"
+_CLAIM_AUDIT = (None, "in_flight", 1, "claim")
+_CONFIRM_AUDIT = ("in_flight", "confirmed", 2, "provider_response")
+
+
+def _sqlite_pair(path: str, *, audit: bool) -> Iterator[Callable[[str], None]]:
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = FULL")
@@ -145,13 +151,22 @@ def _sqlite_pair(path: str) -> Iterator[Callable[[str], None]]:
         """resolution = '{"method":"provider_response"}' """
         "WHERE tenant_id = 'bench-raw' AND intent_key = ?1 AND status = 'in_flight' AND version = 1"
     )
+    audit_row = (  # the id as the store assigns it: next in this intent's own sequence (migration v3)
+        f"INSERT INTO effect_audit ({_AUDIT_COLUMNS}, id) VALUES ('bench-raw', ?1, {now}, ?2, ?3, ?4, "
+        f"'{_LEASE_OWNER}', ?5, '{{}}', (SELECT coalesce(max(id), 0) + 1 FROM effect_audit "
+        "WHERE tenant_id = 'bench-raw' AND intent_key = ?1))"
+    )
 
     def one(key: str) -> None:
         conn.execute("BEGIN IMMEDIATE")
         conn.execute(claim, (key, _DIGEST, _LEASE_OWNER))
+        if audit:
+            conn.execute(audit_row, (key, *_CLAIM_AUDIT))
         conn.execute("COMMIT")
         conn.execute("BEGIN IMMEDIATE")
         conn.execute(confirm, (key, "res_" + key[6:18]))
+        if audit:
+            conn.execute(audit_row, (key, *_CONFIRM_AUDIT))
         conn.execute("COMMIT")
 
     try:
@@ -160,7 +175,7 @@ def _sqlite_pair(path: str) -> Iterator[Callable[[str], None]]:
         conn.close()
 
 
-def _postgres_pair(url: str) -> Iterator[Callable[[str], None]]:
+def _postgres_pair(url: str, *, audit: bool) -> Iterator[Callable[[str], None]]:
     import psycopg
     from psycopg import sql
 
@@ -176,11 +191,21 @@ def _postgres_pair(url: str) -> Iterator[Callable[[str], None]]:
         """resolution = '{{"method":"provider_response"}}' """
         "WHERE tenant_id = 'bench-raw' AND intent_key = %(key)s AND status = 'in_flight' AND version = 1"
     ).format(table)
+    if audit:  # like the store: the audit row in the same statement, one commit per write
+        audited = sql.SQL(
+            " RETURNING tenant_id, intent_key), audited AS (INSERT INTO {} (" + _AUDIT_COLUMNS + ") "
+            "SELECT tenant_id, intent_key, now(), %(from)s, %(to)s, %(version)s, %(owner)s, %(reason)s, '{{}}' "
+            "FROM changed) SELECT 1 FROM changed"
+        ).format(sql.Identifier(schema or "safe_effects", "effect_audit"))
+        claim, confirm = (sql.SQL("WITH changed AS (") + part + audited for part in (claim, confirm))
     conn = psycopg.connect(conninfo, autocommit=True)
+    names = ("from", "to", "version", "reason")
+    claimed = {"digest": _DIGEST, "owner": _LEASE_OWNER, **dict(zip(names, _CLAIM_AUDIT, strict=True))}
+    confirmed = {"owner": _LEASE_OWNER, **dict(zip(names, _CONFIRM_AUDIT, strict=True))}
 
     def one(key: str) -> None:
-        conn.execute(claim, {"key": key, "digest": _DIGEST, "owner": _LEASE_OWNER})
-        conn.execute(confirm, {"key": key, "result": "res_" + key[6:18]})
+        conn.execute(claim, {"key": key, **claimed})
+        conn.execute(confirm, {"key": key, "result": "res_" + key[6:18], **confirmed})
 
     try:
         yield one
@@ -189,15 +214,17 @@ def _postgres_pair(url: str) -> Iterator[Callable[[str], None]]:
 
 
 @contextmanager
-def raw_pair(store_url: str) -> Iterator[Callable[[str], None]]:
+def raw_pair(store_url: str, *, audit: bool = False) -> Iterator[Callable[[str], None]]:
     """A callable doing the raw INSERT commit + UPDATE commit for one new key on ``store_url``'s table.
 
-    The table must exist: :func:`store_targets` migrates the stores it yields.
+    ``audit=True`` is the design floor: each commit also writes the audit row the ledger must write with it
+    (append-only history is part of the design), still by hand and with no validation or encoding. The
+    tables must exist: :func:`store_targets` migrates the stores it yields.
     """
     if store_url.startswith("sqlite:///"):
-        yield from _sqlite_pair(store_url[len("sqlite:///") :])
+        yield from _sqlite_pair(store_url[len("sqlite:///") :], audit=audit)
     else:
-        yield from _postgres_pair(store_url)
+        yield from _postgres_pair(store_url, audit=audit)
 
 
 # -- measurement --------------------------------------------------------------------------------------------

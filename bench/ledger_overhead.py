@@ -1,11 +1,14 @@
 """Per-effect cost of the executor's ledger writes (claim + confirm) against the raw minimum.
 
 Raw minimum: one INSERT commit plus one UPDATE commit on the ledger's own table (``raw_pair`` in
-_harness.py). Executor: ``Ledger.execute`` with an adapter that answers instantly, so only the ledger's work
+_harness.py); the target (executor ÷ raw <= 1.5) is against it. Design floor: the same two commits, each
+also writing by hand the audit row the ledger's append-only history needs (``raw_pair(audit=True)``): what
+any implementation of this design must write, so executor ÷ design floor is what the implementation adds.
+Executor: ``Ledger.execute`` with an adapter that answers instantly, so only the ledger's work
 is measured. Both run on SQLite (file, WAL, synchronous=FULL) and PostgreSQL (fresh schema, when reachable),
 with 1 and 8 worker processes on distinct keys; then 8 workers on one key (one must dispatch, seven wait and
-answer from the ledger). Raw and executor run as separate slices, alternating three times on the same worker
-processes, rather than call by call: each mode's effects/s is its own wall-clock throughput. Each store and
+answer from the ledger). Raw, design floor and executor run as separate slices, alternating three times on the
+same worker processes, rather than call by call: each mode's effects/s is its own wall-clock throughput. Each store and
 worker count gets an equal share of the time bound.
 
     .venv/bin/python bench/ledger_overhead.py [--calls 300] [--seconds 40] [--pg postgresql://postgres@127.0.0.1:5432/test]
@@ -40,8 +43,8 @@ CONTRACT = generic_contract()
 REQUEST = EffectRequest(operation="charge", params={"amount": 4200, "currency": "eur", "customer": "cus_1"})
 WORKER_COUNTS = (1, 8)
 ONE_KEY_WORKERS = 8  # after the distinct-key run with this many workers, the same pool races on one key
-MODES = ("raw", "executor")
-SLICES = 3  # raw and executor slices alternate this many times per worker count
+MODES = ("raw", "design", "executor")
+SLICES = 3  # the modes' slices alternate this many times per worker count
 
 
 class InstantAdapter:
@@ -82,9 +85,10 @@ def _timed(series: Mapping[str, Callable[[], object]], count: int, seconds: floa
 
 
 def _slice(mode: str, url: str, count: int, seconds: float, shared_key: str | None) -> Span:
-    """In a worker process: ``count`` raw pairs or executor calls after 5 warm-up ones (none on one key)."""
-    if mode == "raw":
-        with raw_pair(url) as pair:
+    """In a worker process: ``count`` raw pairs (with audit rows for the design floor) or executor calls after
+    5 warm-up ones (none on one key)."""
+    if mode != "executor":
+        with raw_pair(url, audit=mode == "design") as pair:
             return _timed({mode: lambda: pair(fresh_key())}, count, seconds, 5)
     adapter = InstantAdapter()
     lease = LeasePolicy(poll_interval=0.002, wait_for_other=timedelta(seconds=60))
@@ -119,7 +123,7 @@ def run_slice(
 
 
 def compare_modes(pool: ProcessPoolExecutor, workers: int, url: str, calls: int, seconds: float) -> dict[str, Tally]:
-    """Raw and executor slices alternating ``SLICES`` times on ``workers`` processes (drift hits both alike).
+    """Each mode's slices alternating ``SLICES`` times on ``workers`` processes (drift hits all alike).
 
     Effects per second: measured effects over the summed slice spans (each from the first worker's first
     measured call to the last worker's last one: process start-up, connections and warm-up are outside it).
@@ -148,8 +152,8 @@ def main() -> None:
     with store_targets(args.pg) as targets:
         budget = args.seconds / (len(targets) * len(WORKER_COUNTS))
         print(
-            f"{'store':<9} {'workers':>7} {'n raw':>6} {'n exec':>6} {'raw ms':>8} {'exec ms':>8} {'ratio':>6} "
-            f"{'raw/s':>7} {'exec/s':>7}"
+            f"{'store':<9} {'workers':>7} {'n raw':>6} {'n exec':>6} {'raw ms':>8} {'design ms':>9} {'exec ms':>8} "
+            f"{'ratio':>6} {'vs design':>9} {'raw/s':>7} {'exec/s':>7}"
         )
         for target in targets:
             for workers in WORKER_COUNTS:
@@ -157,10 +161,11 @@ def main() -> None:
                     tallies = compare_modes(pool, workers, target.url, args.calls, budget)
                     raw, executor = tallies["raw"], tallies["executor"]
                     raw_ms, exec_ms = median_ms(raw.samples), median_ms(executor.samples)
+                    design_ms = median_ms(tallies["design"].samples)
                     print(
                         f"{target.name:<9} {workers:>7} {len(raw.samples):>6} {len(executor.samples):>6} "
-                        f"{raw_ms:>8.2f} {exec_ms:>8.2f} {exec_ms / raw_ms:>6.2f} "
-                        f"{raw.rate:>7.0f} {executor.rate:>7.0f}"
+                        f"{raw_ms:>8.2f} {design_ms:>9.2f} {exec_ms:>8.2f} {exec_ms / raw_ms:>6.2f} "
+                        f"{exec_ms / design_ms:>9.2f} {raw.rate:>7.0f} {executor.rate:>7.0f}"
                     )
                     if workers == ONE_KEY_WORKERS:
                         one_key(pool, workers, target)
