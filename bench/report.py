@@ -273,6 +273,15 @@ Measured on this machine on 2026-11-29 (diagnostic scripts, not part of the page
   floor itself varied up to 2.4x between runs (disk flush latency). Compare a change against figures from
   the same hour, and run twice.
 
+- **Design or implementation.** The design floor (the raw pair plus, in each commit, the audit row the
+  append-only history needs, by hand) measured 1.02-1.16 x the raw floor on 2026-11-29 (one interleaved
+  run: SQLite 0.68 -> 0.75 ms, PostgreSQL 1.11 -> 1.24 ms). So the audit trail costs about a tenth, and the
+  rest of the gap is this implementation's CPU: with durability off (diagnosis only), a raw pair took
+  70-77 us of CPU and an executor call 290-330 us, of which about 160 us is SQLite running the store's
+  statements with their audit rows and about 150 us Python (records and audit entries as pydantic models,
+  row encoding, the digest, the transition plan, and the plain call overhead of the executor's steps, none
+  of them above ~30 us). At 8 workers on 2 cores per-effect latency follows CPU, which is why the 8-worker
+  ratios are the furthest from the target.
 - **Pages written (SQLite).** With `synchronous=FULL` each commit waits for its WAL frames to reach the
   disk, so the bytes a commit writes are most of its cost. The raw floor writes 7.5 WAL pages per effect,
   the executor 10.9 (12.5 before the audit table was clustered by intent in migration v3: an audit row had
