@@ -92,9 +92,9 @@ class Comparison:
     rss_per_call: float | None
 
 
-def compare(raw: Call, wrapped: Call, n: int) -> Comparison:
-    """Raw and wrapped footprints (peaks interleaved call by call), after warm-up calls on both sides."""
-    for _ in range(WARMUP_CALLS):
+def compare(raw: Call, wrapped: Call, n: int, warmup: int) -> Comparison:
+    """Raw and wrapped footprints (peaks interleaved call by call), after ``warmup`` calls on both sides."""
+    for _ in range(warmup):
         raw()
         wrapped()
     peaks: dict[str, list[int]] = {"raw": [], "wrapped": []}
@@ -147,6 +147,7 @@ def print_row(subject: str, store: str, result: Comparison) -> None:
 def main() -> None:
     cli = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     cli.add_argument("--calls", type=int, default=150, help=f"measured calls per side (after {WARMUP_CALLS} warm-up)")
+    cli.add_argument("--warmup", type=int, default=WARMUP_CALLS, help="unmeasured calls per side first")
     cli.add_argument("--pg", default=DEFAULT_PG, help="PostgreSQL URL; '' skips PostgreSQL")
     args = cli.parse_args()
     tracemalloc.start()
@@ -155,13 +156,13 @@ def main() -> None:
         for target in targets:
             with Ledger.open(target.url) as ledger, raw_pair(target.url) as pair:
                 calls = executor_calls(pair, ledger)
-                print_row("executor", target.name, compare(calls.raw, calls.wrapped, args.calls))
+                print_row("executor", target.name, compare(calls.raw, calls.wrapped, args.calls, args.warmup))
         for subject in SUBJECTS:
             with subject.server() as url:
                 for target in targets:
                     with Ledger.open(target.url) as ledger:
                         calls = subject.calls(url, ledger)
-                        print_row(subject.name, target.name, compare(calls.raw, calls.wrapped, args.calls))
+                        print_row(subject.name, target.name, compare(calls.raw, calls.wrapped, args.calls, args.warmup))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,91 @@
+"""The benchmark scripts still run, and still print what bench/report.py reads to write docs/benchmarks.md.
+
+No figure is judged here (speed and memory are for the scripts to measure, never a timed test): each script
+runs with a handful of calls, and the test checks it exits cleanly, covers every store, and that the report's
+parsers find its rows, so a changed column cannot silently drop a line from the published page. The one
+correctness figure they print is checked: 8 processes on one key make exactly one provider dispatch.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@pytest.fixture(scope="module")
+def report() -> Iterator[ModuleType]:
+    """bench/report.py as a module (it imports _harness by plain name, so bench/ goes on sys.path)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(BENCH))
+        spec = importlib.util.spec_from_file_location("bench_report", BENCH / "report.py")
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        patch.setitem(sys.modules, spec.name, module)  # its dataclasses look their module up there
+        spec.loader.exec_module(module)
+        yield module
+
+
+@pytest.fixture(scope="module")
+def pg(request: pytest.FixtureRequest) -> str:
+    """The test PostgreSQL's URL, or '' where it is unreachable off CI (the scripts then report SQLite only)."""
+    try:
+        return str(request.getfixturevalue("pg_url"))
+    except pytest.skip.Exception:
+        return ""
+
+
+@pytest.fixture(scope="module")
+def stores(pg: str) -> set[str]:
+    return {"sqlite", "postgres"} if pg else {"sqlite"}
+
+
+def run(script: str, pg: str, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / script), "--pg", pg, *args],
+        cwd=BENCH.parent,
+        capture_output=True,
+        text=True,
+        timeout=100,
+        check=False,
+    )
+    assert done.returncode == 0, f"{script} failed:\n{done.stdout}\n{done.stderr}"
+    if pg:
+        assert "skipped" not in done.stdout, done.stdout
+    return done.stdout
+
+
+def test_ledger_overhead_rows_are_read_and_one_key_dispatches_once(
+    report: ModuleType, pg: str, stores: set[str]
+) -> None:
+    out = run("ledger_overhead.py", pg, "--calls", "6", "--seconds", "8")
+    lines = [line.strip() for line in out.splitlines()]
+    rows = [m for line in lines if (m := report._LEDGER_ROW.match(line))]
+    one_key = [m for line in lines if (m := report._ONE_KEY.match(line))]
+    assert {(m["store"], m["workers"]) for m in rows} == {(s, w) for s in stores for w in ("1", "8")}
+    assert {m["store"] for m in one_key} == stores
+    assert [m["dispatches"] for m in one_key] == ["1"] * len(stores)
+    assert all(float(m[column]) > 0 for m in rows for column in ("raw", "design", "exec"))
+
+
+@pytest.mark.parametrize("script", ["stripe_overhead.py", "sendgrid_overhead.py", "ses_overhead.py"])
+def test_provider_overhead_rows_are_read(report: ModuleType, pg: str, stores: set[str], script: str) -> None:
+    rows = report.parse_rows(run(script, pg, "--calls", "3", "--seconds", "10"))
+    assert {row.store for row in rows} == stores
+    assert all(row.n >= 1 and row.raw_ms > 0 and row.wrapped_ms > 0 and row.two_commit_ms > 0 for row in rows)
+
+
+def test_memory_rows_are_read(report: ModuleType, pg: str, stores: set[str]) -> None:
+    out = run("memory_overhead.py", pg, "--calls", "5", "--warmup", "5")
+    rows = [m for line in out.splitlines() if (m := report._MEMORY_ROW.match(line.strip()))]
+    subjects = {"executor", "stripe", "sendgrid", "ses"}
+    assert {(m["subject"], m["store"]) for m in rows} == {(s, store) for s in subjects for store in stores}
+    assert report.memory_reading(out).startswith("Memory: ")
