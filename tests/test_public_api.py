@@ -164,6 +164,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "event_verdict",
         "ingest_events",
         "load_public_key",
+        "make_asgi_app",
         "make_wsgi_app",
         "parse_event",
         "verify_signature",

@@ -1,13 +1,21 @@
-"""Event Webhook ingestion: signatures, malformed and foreign events, redelivery, the WSGI endpoint."""
+"""Event Webhook ingestion: signatures, malformed and foreign events, redelivery, the WSGI and ASGI endpoints."""
 
 from __future__ import annotations
 
+import http.client
 import threading
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack, closing, contextmanager
 from typing import Any
+from urllib.parse import urlsplit
 from wsgiref.simple_server import WSGIRequestHandler, make_server
+from wsgiref.types import WSGIApplication
 
 import pytest
+import uvicorn
 
 from safe_effects import EffectRecord, EffectStatus, Ledger
 from safe_effects.testing import Fault
@@ -18,6 +26,7 @@ from sendgrid_safe import (
     SendGridAPIClient,
     WebhookSignatureError,
     ingest_events,
+    make_asgi_app,
     make_wsgi_app,
 )
 from sendgrid_safe.testing import FakeSendGrid, WebhookSigner
@@ -129,22 +138,73 @@ def test_engagement_events_inform_but_decide_nothing(
     assert fake.effect_count == 1
 
 
-@pytest.fixture
-def endpoint(ledger: Ledger, fake: FakeSendGrid) -> Iterator[str]:
+@contextmanager
+def _wsgi_server(app: WSGIApplication) -> Iterator[str]:
     class Quiet(WSGIRequestHandler):
         def log_message(self, *args: Any) -> None:
             """Keep test output clean."""
 
-    app = make_wsgi_app(ledger, public_key=fake.signer.public_key)
     server = make_server("127.0.0.1", 0, app, handler_class=Quiet)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_port}/sendgrid/events"
-    server.shutdown()
-    server.server_close()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/sendgrid/events"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
-def test_the_wsgi_endpoint_confirms_from_a_signed_post(
+@contextmanager
+def _asgi_server(app: Any) -> Iterator[str]:
+    """uvicorn in a thread, lifespan on, on a free port."""
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="on", log_level="warning", ws="none")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert thread.is_alive(), "uvicorn stopped while starting"
+        assert time.monotonic() < deadline, "uvicorn did not start within 10 s"
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}/sendgrid/events"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture(params=["wsgi", "asgi"])
+def serve(request: pytest.FixtureRequest, ledger: Ledger, fake: FakeSendGrid) -> Iterator[Callable[..., str]]:
+    """Starts the webhook endpoint (``make_wsgi_app`` under wsgiref, or ``make_asgi_app`` under uvicorn)."""
+    with ExitStack() as servers:
+
+        def start(**options: Any) -> str:
+            if request.param == "wsgi":
+                return servers.enter_context(
+                    _wsgi_server(make_wsgi_app(ledger, public_key=fake.signer.public_key, **options))
+                )
+            return servers.enter_context(
+                _asgi_server(make_asgi_app(ledger, public_key=fake.signer.public_key, **options))
+            )
+
+        yield start
+
+
+@pytest.fixture
+def endpoint(serve: Callable[..., str]) -> str:
+    return serve()
+
+
+def _status(url: str, method: str) -> int:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+
+
+def test_the_endpoint_confirms_from_a_signed_post(
     endpoint: str, fake: FakeSendGrid, record: Record, key: str, unknown_send: list[dict[str, Any]]
 ) -> None:
     assert fake.post_events(endpoint, unknown_send) == 200
@@ -152,9 +212,34 @@ def test_the_wsgi_endpoint_confirms_from_a_signed_post(
     assert fake.effect_count == 1
 
 
-def test_the_wsgi_endpoint_refuses_unsigned_and_malformed_posts(
+def test_the_endpoint_refuses_unsigned_and_malformed_posts(
     endpoint: str, fake: FakeSendGrid, ledger: Ledger, key: str, unknown_send: list[dict[str, Any]]
 ) -> None:
     assert fake.post_events(endpoint, unknown_send, sign=False) == 403
     assert fake.post_events(endpoint, {"event": "processed"}) == 400
+    _nothing_recorded(ledger, key)
+
+
+def test_the_endpoint_refuses_other_methods_and_bodies_over_its_limit(
+    serve: Callable[..., str], fake: FakeSendGrid, ledger: Ledger, key: str, unknown_send: list[dict[str, Any]]
+) -> None:
+    body, _ = fake.webhook_request(unknown_send)
+    endpoint = serve(max_body=len(body) - 1)
+    assert _status(endpoint, "GET") == 405
+    assert fake.post_events(endpoint, unknown_send) == 413
+    _nothing_recorded(ledger, key)
+    assert fake.effect_count == 1
+
+
+def test_the_asgi_endpoint_counts_a_chunked_body_against_its_limit(
+    fake: FakeSendGrid, ledger: Ledger, key: str, unknown_send: list[dict[str, Any]]
+) -> None:
+    body, headers = fake.webhook_request(unknown_send)
+    app = make_asgi_app(ledger, public_key=fake.signer.public_key, max_body=len(body) - 1)
+    with _asgi_server(app) as url:
+        parts = urlsplit(url)
+        halves = iter([body[: len(body) // 2], body[len(body) // 2 :]])  # no Content-Length: sent chunked
+        with closing(http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=10)) as connection:
+            connection.request("POST", parts.path, body=halves, headers=headers, encode_chunked=True)
+            assert connection.getresponse().status == 413
     _nothing_recorded(ledger, key)

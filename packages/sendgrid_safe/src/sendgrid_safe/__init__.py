@@ -1,6 +1,7 @@
 """sendgrid_safe: a drop-in SendGrid client whose sends go through the safe-effects ledger, once per intent."""
 
 from ._adapter import SendGridAdapter
+from ._asgi import make_asgi_app
 from ._client import LedgerResponse
 from ._from_env import adapter_from_env
 from ._rules import (
@@ -45,6 +46,7 @@ __all__ = [
     "IngestReport",
     "MalformedWebhook",
     "make_wsgi_app",
+    "make_asgi_app",
     "verify_signature",
     "load_public_key",
     "WebhookSignatureError",

@@ -1,0 +1,60 @@
+"""What the webhook endpoints answer, whatever server runs them: one set of rules for WSGI and ASGI."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from safe_effects import Ledger
+
+from ._signature import PublicKey, WebhookSignatureError
+from ._webhook import MalformedWebhook, ingest_events
+
+MAX_BODY = 8 * 1024 * 1024  # SendGrid batches are far smaller; a bigger body is not SendGrid
+
+_REASONS = {200: "OK", 400: "Bad Request", 403: "Forbidden", 405: "Method Not Allowed", 413: "Content Too Large"}
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """An HTTP answer: status and a JSON payload (counts, or an error code)."""
+
+    status: int
+    payload: Mapping[str, Any]
+
+    @property
+    def status_line(self) -> str:
+        return f"{self.status} {_REASONS[self.status]}"
+
+    @property
+    def body(self) -> bytes:
+        return json.dumps(self.payload).encode()
+
+
+NOT_POST = Answer(405, {"error": "POST only"})
+TOO_LARGE = Answer(413, {"error": "body too large"})
+BAD_LENGTH = Answer(400, {"error": "bad Content-Length"})
+
+
+def declared_length(value: str | None, max_body: int) -> int | Answer:
+    """The Content-Length a request declares (0 when absent), or the answer refusing it."""
+    try:
+        length = int(value or 0)
+    except ValueError:
+        return BAD_LENGTH
+    if length < 0:
+        return BAD_LENGTH
+    return TOO_LARGE if length > max_body else length
+
+
+def answer_events(ledger: Ledger, body: bytes, headers: Mapping[str, str], key: PublicKey | None) -> Answer:
+    """Ingest one POST body: 200 with the counts, 403 for a bad signature, 400 for anything not an event array."""
+    try:
+        report = ingest_events(ledger, body, headers, public_key=key)
+    except WebhookSignatureError as error:
+        return Answer(403, {"error": error.code})
+    except MalformedWebhook as error:
+        return Answer(400, {"error": error.code})
+    return Answer(200, asdict(report))
