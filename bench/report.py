@@ -65,8 +65,8 @@ BENCHMARKS = (
         "stripe_overhead.py",
         "Stripe: `payment_intents.create`, wrapped vs raw SDK",
         "A raw `stripe.StripeClient` call and a `stripe_safe.StripeClient` call (new intent each; same "
-        "`RequestsClient` transport; SDK retries off on both), against one in-process `FakeStripe`, "
-        "interleaved round by round with the store's two-commit floor.",
+        "`RequestsClient` transport; SDK retries off on both), against one `FakeStripe` served from its own "
+        "process, interleaved round by round with the store's two-commit floor.",
         "The raw SDK call against the same fake in the same rounds: what the wrapper adds is the difference "
         "of the medians. That added time is divided by the same store's two-commit cost measured in the same "
         "rounds, so a slow disk or a busy PostgreSQL moves numerator and denominator together.",
@@ -75,7 +75,8 @@ BENCHMARKS = (
         "sendgrid_overhead.py",
         "SendGrid: `send`, wrapped vs raw SDK",
         "A raw `sendgrid.SendGridAPIClient.send` and a `sendgrid_safe.SendGridAPIClient.send` (new intent "
-        "each), against one in-process `FakeSendGrid`, interleaved with the store's two-commit floor.",
+        "each), against one `FakeSendGrid` served from its own process, interleaved with the store's "
+        "two-commit floor.",
         "As for Stripe: the raw SDK call on the same fake, same rounds; the added time over the same store's "
         "two-commit cost.",
     ),
