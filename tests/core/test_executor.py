@@ -13,6 +13,7 @@ from safe_effects import (
     CrashPoint,
     EffectDeferred,
     EffectInProgress,
+    EffectRecord,
     EffectRejected,
     EffectRequest,
     EffectStatus,
@@ -35,7 +36,7 @@ from safe_effects.testing import FakeClock, FakeFailure, GenericFakeAdapter, Gen
 
 KEY = "invoice:inv_42:collect:v1"
 CHARGE = EffectRequest(operation="charge", params={"amount": 2000, "currency": "eur"})
-NO_WAIT = RetryPolicy(initial_wait=0.0, max_wait=0.0)
+NO_WAIT = RetryPolicy(initial_wait=0.0, max_wait=0.05)  # no back-off; the fake's 10 ms Retry-After is honoured
 
 
 @dataclass
@@ -183,11 +184,17 @@ def test_non_deduping_provider_never_resends_an_unknown(store_url: str, tmp_path
     assert env.record().status is EffectStatus.UNKNOWN
 
 
-def test_proven_absence_allows_redispatch_where_contract_says_so(store_url: str, tmp_path: Path) -> None:
-    env = make_env(store_url, tmp_path, dedupe=False, proves_absence=True)
+def _unknown_and_provably_absent(store_url: str, tmp_path: Path, *, dedupe: bool) -> Env:
+    """An intent left unknown by a request the provider never acted on, with a lookup that proves absence."""
+    env = make_env(store_url, tmp_path, dedupe=dedupe, proves_absence=True)
     env.fake.fail_next(FakeFailure.LOST_BEFORE_COMMIT)
     with pytest.raises(EffectUnknown):
         env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    return env
+
+
+def test_proven_absence_allows_redispatch_where_contract_says_so(store_url: str, tmp_path: Path) -> None:
+    env = _unknown_and_provably_absent(store_url, tmp_path, dedupe=False)
 
     receipt = env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
 
@@ -196,6 +203,31 @@ def test_proven_absence_allows_redispatch_where_contract_says_so(store_url: str,
     assert len(env.fake.requests()) == 2
     statuses = [a.to_status for a in env.ledger.store.audit_trail("default", KEY)]
     assert statuses == ["in_flight", "unknown", "prepared", "in_flight", "confirmed"]
+
+
+def test_proven_absence_past_the_retention_window_is_not_redispatched(store_url: str, tmp_path: Path) -> None:
+    env = _unknown_and_provably_absent(store_url, tmp_path, dedupe=True)
+    env.clock.advance(timedelta(hours=30))  # the provider has forgotten the key: its dedupe no longer helps
+
+    with pytest.raises(EffectUnknown, match="was not resent"):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    assert env.ledger.reconcile(env.adapter, intent_key=KEY).status is EffectStatus.UNKNOWN
+
+    assert env.record().status is EffectStatus.UNKNOWN
+    assert len(env.fake.requests()) == 1
+    assert env.fake.effects() == []
+
+
+def test_proven_absence_inside_the_retention_window_reopens_the_intent(store_url: str, tmp_path: Path) -> None:
+    env = _unknown_and_provably_absent(store_url, tmp_path, dedupe=True)
+
+    assert env.ledger.reconcile(env.adapter, intent_key=KEY).status is EffectStatus.PREPARED  # looks up, never sends
+    assert len(env.fake.requests()) == 1
+    receipt = env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+
+    assert receipt.record.status is EffectStatus.CONFIRMED
+    assert len(env.fake.requests()) == 2
+    assert len(env.fake.effects()) == 1
 
 
 def test_definitive_refusal_is_rejected_and_stays_rejected(env: Env) -> None:
@@ -244,6 +276,21 @@ def test_retry_waits_honour_retry_after_back_off_and_respect_both_bounds(store_u
         out_of_time.execute(env.adapter, CHARGE, intent_key=KEY)
     assert len(env.fake.requests()) == 5  # the time bound allowed no second attempt, and no wait
     assert waits == [0.25, 0.01, 0.75]
+
+
+def test_a_retry_after_longer_than_max_wait_defers_instead_of_retrying_early(store_url: str, tmp_path: Path) -> None:
+    env = make_env(store_url, tmp_path)
+    waits: list[float] = []
+    ledger = Ledger(env.ledger.store, clock=env.clock, retry=RetryPolicy(max_wait=0.005), sleep=waits.append)
+    env.fake.fail_next(FakeFailure.RATE_LIMITED)  # Retry-After 0.01 s: twice what one call may wait here
+
+    with pytest.raises(EffectDeferred) as deferred:
+        ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+
+    assert deferred.value.retry_after == 0.01
+    assert waits == []  # no attempt sooner than the provider asked, and no stall either
+    assert len(env.fake.requests()) == 1
+    assert (env.record().status, env.fake.effects()) == (EffectStatus.PREPARED, [])
 
 
 def test_exhausted_retries_defer_and_a_later_call_dispatches(env: Env) -> None:
@@ -394,6 +441,50 @@ def test_compensation_is_a_linked_intent(env: Env) -> None:
     assert len(env.fake.effects()) == 2
     with pytest.raises(IllegalTransition):
         env.ledger.compensate(env.adapter, refund, original_key=KEY, compensating_key="invoice:inv_42:refund:v2")
+    assert len(env.fake.effects()) == 2
+
+
+class _DiesAfterTheCompensationCommits(Ledger):
+    """A worker killed between the compensation's confirm and the original's move to compensated."""
+
+    def _after_settled(self, record: EffectRecord) -> None:
+        if record.compensates is not None:
+            raise SimulatedCrash("killed after the compensation's confirm committed")
+        super()._after_settled(record)
+
+
+def test_a_compensation_cut_short_by_a_crash_is_completed_by_running_it_again(env: Env) -> None:
+    env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    refund = EffectRequest(operation="refund", params={"charge": "fx_1"})
+    comp_key = "invoice:inv_42:refund:v1"
+    dying = _DiesAfterTheCompensationCommits(env.ledger.store, clock=env.clock, retry=NO_WAIT)
+    with pytest.raises(SimulatedCrash):
+        dying.compensate(env.adapter, refund, original_key=KEY, compensating_key=comp_key)
+    assert env.record(comp_key).status is EffectStatus.CONFIRMED
+    assert env.record().status is EffectStatus.CONFIRMED  # the crash window: compensation done, original not marked
+
+    again = env.ledger.compensate(env.adapter, refund, original_key=KEY, compensating_key=comp_key)
+
+    assert again.from_ledger
+    assert env.record().status is EffectStatus.COMPENSATED
+    assert env.record().compensated_by == comp_key
+    assert len(env.fake.effects()) == 2  # the charge and one refund: nothing was sent again
+
+
+def test_an_unknown_compensation_marks_the_original_only_once_it_is_confirmed(env: Env) -> None:
+    env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    refund = EffectRequest(operation="refund", params={"charge": "fx_1"})
+    comp_key = "invoice:inv_42:refund:v1"
+    env.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
+    with pytest.raises(EffectUnknown):
+        env.ledger.compensate(env.adapter, refund, original_key=KEY, compensating_key=comp_key)
+    assert env.record().status is EffectStatus.CONFIRMED
+    assert env.record(comp_key).status is EffectStatus.UNKNOWN
+
+    settled = env.ledger.reconcile(env.adapter, intent_key=comp_key)
+
+    assert settled.status is EffectStatus.CONFIRMED
+    assert env.record().status is EffectStatus.COMPENSATED
     assert len(env.fake.effects()) == 2
 
 

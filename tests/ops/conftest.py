@@ -64,7 +64,7 @@ def ops(store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iter
     monkeypatch.syspath_prepend(str(HERE))  # so --adapters can import ops_fake_adapters in this process
     fake_path = str(tmp_path / "fake.db")
     adapter = importlib.import_module("ops_fake_adapters").make_adapter(fake_path)
-    ledger = Ledger.open(store_url, retry=RetryPolicy(initial_wait=0.0, max_wait=0.0))
+    ledger = Ledger.open(store_url, retry=RetryPolicy(initial_wait=0.0, max_wait=0.05))
     env = {
         "SAFE_EFFECTS_STORE": store_url,
         FAKE_ENV: fake_path,

@@ -21,7 +21,7 @@ S = EffectStatus
 def aged(ops: Ops) -> Ops:
     """Records of every status last touched 200 days ago, plus a fresh confirmed one."""
     clock = FakeClock(datetime.now(UTC) - timedelta(days=200))
-    old = Ledger(ops.ledger.store, clock=clock, retry=RetryPolicy(initial_wait=0.0, max_wait=0.0))
+    old = Ledger(ops.ledger.store, clock=clock, retry=RetryPolicy(initial_wait=0.0, max_wait=0.05))
     fake = ops.fake
 
     def run(key: str, failure: FakeFailure | None = None) -> None:

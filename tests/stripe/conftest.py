@@ -16,7 +16,7 @@ from stripe_safe.testing import FakeStripe
 API_KEY = "sk_test_safe_effects"
 KEY = "invoice:inv_42:collect:v1"
 PI = {"amount": 2000, "currency": "eur", "payment_method": "pm_card_visa", "confirm": True}
-FAST_RETRY = RetryPolicy(max_attempts=3, initial_wait=0.0, max_wait=0.0)
+FAST_RETRY = RetryPolicy(max_attempts=3, initial_wait=0.0, max_wait=1.0)  # sleeps are recorded, not slept
 SHORT_TIMEOUT = (1.0, 0.5)
 
 

@@ -78,3 +78,16 @@ class ProviderContract(_Frozen):
         """True when resending with the same key is certain to be deduped by the provider."""
         deadline = None if first_dispatched_at is None else self.replay_deadline(first_dispatched_at)
         return deadline is not None and now < deadline
+
+    def may_reopen_when_absent(self, first_dispatched_at: datetime | None, now: datetime) -> bool:
+        """Whether a lookup that proves absence may put an intent back to dispatchable.
+
+        Only where the contract trusts that proof, and never past a key retention window: inside it a wrong
+        "absent" (a lagging lookup) is still caught by the provider's dedupe, after it nothing would catch it.
+        A provider without keys has no window; there the contract's word on its lookup is all there is.
+        """
+        if not self.redispatch_when_proven_absent:
+            return False
+        if not self.idempotency.supported or self.idempotency.retention is None:
+            return True
+        return self.can_replay(first_dispatched_at, now)

@@ -11,7 +11,8 @@ from collections.abc import Callable, Collection, Mapping
 from functools import lru_cache
 from typing import Any, TypeVar
 
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
+from tenacity.stop import stop_base
 
 from ._adapter import EffectRequest, LookupResult, LookupStatus, Outcome, ProviderAdapter, Verdict
 from ._clock import Clock, system_clock
@@ -54,6 +55,26 @@ class _Settled(Exception):
     def __init__(self, verdict: Verdict, error: Exception) -> None:
         self.verdict = verdict
         self.error = error
+
+
+def _retry_after(failure: BaseException | None) -> float | None:
+    """The provider's Retry-After, in seconds, when a retryable refusal carried one."""
+    return failure.verdict.retry_after if isinstance(failure, _Retryable) else None
+
+
+class _RetryAfterTooLong(stop_base):
+    """Stop retrying inside the call when the provider asks to wait longer than one call may: defer instead."""
+
+    def __init__(self, max_wait: float) -> None:
+        self.max_wait = max_wait
+
+    def exceeded_by(self, failure: BaseException | None) -> bool:
+        hint = _retry_after(failure)
+        return hint is not None and hint > self.max_wait
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        outcome = retry_state.outcome
+        return self.exceeded_by(outcome.exception() if outcome is not None else None)
 
 
 @lru_cache(maxsize=32)
@@ -323,6 +344,7 @@ class Ledger:
         while True:
             try:
                 if record.status in (S.CONFIRMED, S.COMPENSATED):
+                    self._after_settled(record)  # a crash may have cut a compensation short of marking its original
                     return Receipt(record=record, from_ledger=True)
                 if record.status is S.REJECTED:
                     raise self._rejected(record, None)
@@ -397,9 +419,12 @@ class Ledger:
             # a deferred replay goes back to unknown: an earlier attempt may have acted
             back_to = S.UNKNOWN if method == "key_replay" else S.PREPARED
             self._finish(record, back_to, exhausted.verdict, released=True)
+            hint = exhausted.verdict.retry_after
+            when = "later" if hint is None else f"in {hint:g} s (the provider's Retry-After)"
             raise EffectDeferred(
-                f"intent {record.intent_key!r}: {exhausted.verdict.error_class} persisted through "
-                f"{self.retry.max_attempts} attempts; the intent is {back_to} again, try again later",
+                f"intent {record.intent_key!r}: {exhausted.verdict.error_class}, and the retry policy allows no "
+                f"further attempt in this call (at most {self.retry.max_attempts} attempts, {self.retry.max_wait:g} s "
+                f"apart); the intent is {back_to} again, try again {when}",
                 intent_key=record.intent_key,
                 retry_after=exhausted.verdict.retry_after,
                 provider_error=exhausted.error,
@@ -460,14 +485,23 @@ class Ledger:
             return self._retry(attempt, refused, started)
 
     def _retry(self, attempt: Callable[[], R], refused: _Retryable, started: float) -> R:
-        """Attempts 2..max_attempts through tenacity, all of them within max_total_seconds of the first."""
+        """Attempts 2..max_attempts through tenacity, all of them within max_total_seconds of the first.
+
+        A Retry-After hint longer than ``max_wait`` ends the retries: the caller gets ``EffectDeferred``
+        carrying the hint rather than a call that stalls, or an attempt sooner than the provider asked.
+        """
         policy = self.retry
-        if policy.max_attempts <= 1 or time.monotonic() - started >= policy.max_total_seconds:
+        too_long = _RetryAfterTooLong(policy.max_wait)
+        if (
+            policy.max_attempts <= 1
+            or time.monotonic() - started >= policy.max_total_seconds
+            or too_long.exceeded_by(refused)
+        ):
             raise refused
         self._sleep(self._retry_wait(refused, 1))
         remaining = max(0.0, policy.max_total_seconds - (time.monotonic() - started))
         retrying = Retrying(
-            stop=stop_after_attempt(policy.max_attempts - 1) | stop_after_delay(remaining),
+            stop=stop_after_attempt(policy.max_attempts - 1) | stop_after_delay(remaining) | too_long,
             wait=lambda state: self._retry_wait(
                 state.outcome.exception() if state.outcome is not None else None, state.attempt_number + 1
             ),
@@ -478,10 +512,12 @@ class Ledger:
         return retrying(attempt)
 
     def _retry_wait(self, failure: BaseException | None, failed_attempts: int) -> float:
-        """Honour the provider's Retry-After hint, else back off exponentially; never above ``max_wait``."""
-        hint = failure.verdict.retry_after if isinstance(failure, _Retryable) else None
-        backoff = self.retry.initial_wait * 2 ** (failed_attempts - 1)
-        return min(self.retry.max_wait, hint if hint is not None else backoff)
+        """The provider's Retry-After hint as given, else exponential back-off capped at ``max_wait``."""
+        hint = _retry_after(failure)
+        if hint is not None:
+            return hint  # never sooner than asked; a longer hint than max_wait stopped the retries already
+        backoff: float = self.retry.initial_wait * 2.0 ** (failed_attempts - 1)
+        return min(self.retry.max_wait, backoff)
 
     @staticmethod
     def _classify(adapter: ProviderAdapter[Any], error: Exception) -> Verdict:
@@ -592,7 +628,7 @@ class Ledger:
             claimed = self._claim(record, reason="same-key replay within the provider's retention window")
             return self._dispatch(adapter, request, claimed, contract, method="key_replay")
         settled = settled or self._settle_by_lookup(adapter, record)
-        if settled is not None and settled.status is S.PREPARED and contract.redispatch_when_proven_absent:
+        if settled is not None and settled.status is S.PREPARED:  # proven absent, where the contract allows
             return self._dispatch(adapter, request, self._claim(settled, reason="redispatch"), contract)
         if settled is not None and settled.status in (S.CONFIRMED, S.COMPENSATED):
             return Receipt(record=settled, from_ledger=True)
@@ -651,7 +687,9 @@ class Ledger:
         contract = adapter.contract_for(record.operation)
         # found and refused are counted by settle(); the rest here, so one lookup is one event
         self._observe("reconciliation", record, method=f"lookup:{found.method}", outcome=found.status.value)
-        if found.status is LookupStatus.ABSENT and contract.redispatch_when_proven_absent:
+        if found.status is LookupStatus.ABSENT and contract.may_reopen_when_absent(
+            record.first_dispatched_at, self.clock()
+        ):
             return self.store.transition(
                 record,
                 S.PREPARED,

@@ -13,7 +13,7 @@ class RetryPolicy:
     max_attempts: int = 4
     max_total_seconds: float = 30.0
     initial_wait: float = 0.2
-    max_wait: float = 5.0  # a Retry-After hint above this is capped, so one call never stalls for minutes
+    max_wait: float = 5.0  # longest wait between attempts; a longer Retry-After defers the call instead
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from ._hooks import CALL_FAILED, OPTIONS
 from ._options import SafeEffectsOptions
 from ._stores import PG_URL_ENV, temporary_store_url
 
-FAST_RETRY = RetryPolicy(initial_wait=0.0, max_wait=0.0)  # a test never waits out a backoff
+FAST_RETRY = RetryPolicy(initial_wait=0.0, max_wait=0.1)  # no back-off; a Retry-After over 0.1 s defers
 QUICK_POLL = LeasePolicy(poll_interval=0.01)
 OPT_OUT = "@pytest.mark.safe_effects(assert_all_fired=False)"
 
