@@ -90,6 +90,41 @@ def test_missing_key_raises_before_anything_is_sent(env: Env) -> None:
     assert env.ledger.store.list_by_status(list(EffectStatus)) == []
 
 
+def test_an_intent_named_up_front_needs_no_idempotency_key(env: Env) -> None:
+    view = env.client.for_intent(KEY)
+    first = view.v1.payment_intents.create(params=PI)  # type: ignore[arg-type]
+    again = view.v1.payment_intents.create(params=PI, options={"idempotency_key": KEY})  # type: ignore[arg-type]
+
+    assert again.id == first.id
+    first_receipt, again_receipt = receipt_of(first), receipt_of(again)
+    assert first_receipt is not None
+    assert again_receipt is not None
+    assert (first_receipt.from_ledger, again_receipt.from_ledger) == (False, True)
+    posts = env.fake.requests("POST")
+    assert [p.header("idempotency-key") for p in posts] == [KEY]
+    assert len(env.fake.payment_intents) == 1
+    assert env.record().status is EffectStatus.CONFIRMED
+
+
+def test_an_intent_named_twice_differently_is_refused_before_anything_is_recorded(env: Env) -> None:
+    view = env.client.for_intent(KEY)
+    with pytest.raises(InvalidInput, match="name the intent once"):
+        view.v1.payment_intents.create(params=PI, options={"idempotency_key": "invoice:inv_43:collect:v1"})  # type: ignore[arg-type]
+    with pytest.raises(InvalidIntentKey):
+        env.client.for_intent("attempt-7")
+    assert env.fake.requests() == []
+    assert env.ledger.store.list_by_status(list(EffectStatus)) == []
+
+
+def test_objects_from_a_view_are_not_bound_to_its_intent(env: Env) -> None:
+    created = env.client.for_intent(KEY).v1.payment_intents.create(params={**PI, "confirm": False})  # type: ignore[arg-type]
+    with pytest.raises(MissingIntentKey):  # a later write on the object names its own intent, as anywhere else
+        created.cancel()
+    assert env.posts() == 1
+    assert env.fake.payment_intents[0]["status"] != "canceled"
+    assert env.record().status is EffectStatus.CONFIRMED
+
+
 def test_invalid_key_explains_how_to_build_one(env: Env) -> None:
     with pytest.raises(InvalidIntentKey, match=r"IntentKey\.build\('invoice', 'inv_42', 'collect'\)"):
         create(env, key="3f2c9a1e-random-uuid")
@@ -208,10 +243,21 @@ def test_rate_limit_is_retried_with_the_same_key_honouring_retry_after(env: Env)
     posts = env.fake.requests("POST")
     assert len(posts) == 2
     assert {p.header("idempotency-key") for p in posts} == {KEY}
-    assert env.sleeps == [0.0]  # the policy caps the hint (max_wait=0 in tests); the hint itself is read
+    assert env.sleeps == [0.25]  # the provider's Retry-After, waited out before the second attempt
     assert len(env.fake.payment_intents) == 1
     record = env.record()
     assert (record.status, record.provider_result_id, record.attempt_count) == (EffectStatus.CONFIRMED, intent.id, 1)
+
+
+def test_a_retry_after_beyond_max_wait_defers_with_the_hint_and_sends_once(env: Env) -> None:
+    env.fake.inject(rate_limit_fault(retry_after=30))  # FAST_RETRY allows 1 s between attempts
+    with pytest.raises(EffectDeferred) as deferred:
+        create(env)
+    assert deferred.value.retry_after == 30
+    assert env.sleeps == []  # no attempt sooner than Stripe asked
+    assert env.posts() == 1
+    assert env.fake.payment_intents == []
+    assert env.record().status is EffectStatus.PREPARED
 
 
 def test_server_error_before_execution_is_unknown_and_the_replay_runs_it_once(env: Env) -> None:

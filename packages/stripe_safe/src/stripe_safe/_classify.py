@@ -65,10 +65,13 @@ def _error_code(error: stripe.StripeError) -> str | None:
     return error.code or (error.error.code if error.error is not None else None)
 
 
-def _declined_intent(error: stripe.StripeError) -> str | None:
-    """The PaymentIntent a declined card still created (``error.payment_intent.id``)."""
-    intent = error.error.payment_intent if error.error is not None else None
-    return intent.id if intent is not None else None
+def _declined_object(error: stripe.StripeError) -> str | None:
+    """What a declined card still created: the PaymentIntent (``error.payment_intent``), else the failed
+    charge of a ``charges.create`` (``error.charge``)."""
+    if error.error is None:
+        return None
+    intent = error.error.payment_intent
+    return intent.id if intent is not None else error.error.charge
 
 
 def _connection(error: stripe.APIConnectionError) -> Verdict:
@@ -87,7 +90,7 @@ def classify(error: BaseException) -> Verdict:
     if isinstance(error, stripe.RateLimitError):  # 429: rate limiting runs before the endpoint executes
         return Verdict.of(error, Outcome.RETRYABLE, _error_code(error) or "rate_limit", retry_after=_retry_after(error))
     if isinstance(error, _FINAL):
-        return Verdict.of(error, Outcome.FINAL, _error_code(error), provider_result_id=_declined_intent(error))
+        return Verdict.of(error, Outcome.FINAL, _error_code(error), provider_result_id=_declined_object(error))
     if isinstance(error, stripe.APIConnectionError):
         return _connection(error)
     if isinstance(error, stripe.StripeError):  # APIError: 409 key in use, 5xx, unparseable answers

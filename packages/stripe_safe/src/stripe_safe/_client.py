@@ -27,6 +27,7 @@ from safe_effects import (
     DEFAULT_TENANT,
     EffectRequest,
     IntentKey,
+    InvalidInput,
     InvalidIntentKey,
     Ledger,
     MissingIntentKey,
@@ -66,7 +67,12 @@ def _refuse_post(method: str, via: str) -> None:
 
 
 class _LedgerRequestor(_APIRequestor):
-    """An ``_APIRequestor`` that sends POSTs through ``Ledger.execute`` (or ``compensate``)."""
+    """An ``_APIRequestor`` that sends POSTs through ``Ledger.execute`` (or ``compensate``).
+
+    A view's requestor carries a compensation link or an intent of its own. The SDK calls it makes go through
+    a plain ``transport`` requestor, so the objects they return (and their instance methods) are guarded
+    like any other call, not bound to the view's intent.
+    """
 
     def __init__(
         self,
@@ -75,18 +81,47 @@ class _LedgerRequestor(_APIRequestor):
         *,
         ledger: Ledger,
         tenant: str,
-        compensates: IntentKey | None,
+        compensates: IntentKey | None = None,
+        intent: IntentKey | None = None,
     ) -> None:
         super().__init__(options=options, client=client)
-        self.ledger, self.tenant, self.compensates = ledger, tenant, compensates
-        self.adapter = StripeAdapter(self)
+        self.ledger, self.tenant, self.compensates, self.intent = ledger, tenant, compensates, intent
+        viewed = compensates is not None or intent is not None
+        self.transport = _LedgerRequestor(options, client, ledger=ledger, tenant=tenant) if viewed else self
+        self.adapter = StripeAdapter(self.transport)
 
     def _new_requestor_with_options(self, options: RequestOptions | None) -> _LedgerRequestor:
+        return self._sibling(options, compensates=self.compensates, intent=self.intent)
+
+    def viewed(self, *, compensates: IntentKey | None = None, intent: IntentKey | None = None) -> _LedgerRequestor:
+        """This requestor for a view: plus a compensation link, or an intent named up front."""
+        return self._sibling(None, compensates=compensates or self.compensates, intent=intent or self.intent)
+
+    def _sibling(
+        self, options: RequestOptions | None, *, compensates: IntentKey | None, intent: IntentKey | None
+    ) -> _LedgerRequestor:
         plain = super()._new_requestor_with_options(options)
         assert plain._client is not None  # always set: the client is built with an http_client
         return _LedgerRequestor(
-            plain._options, plain._client, ledger=self.ledger, tenant=self.tenant, compensates=self.compensates
+            plain._options,
+            plain._client,
+            ledger=self.ledger,
+            tenant=self.tenant,
+            compensates=compensates,
+            intent=intent,
         )
+
+    def _intent_for(self, options: RequestOptions | None) -> IntentKey:
+        """The view's intent, else the caller's idempotency key; two different ones for one call are refused."""
+        if self.intent is None:
+            return _intent_key(options)
+        given = (options or {}).get("idempotency_key")
+        if given and given != self.intent:
+            raise InvalidInput(
+                f"this client view writes intent {self.intent!r} but options name idempotency_key {given!r}: "
+                "name the intent once"
+            )
+        return self.intent
 
     def request(
         self,
@@ -100,7 +135,7 @@ class _LedgerRequestor(_APIRequestor):
     ) -> stripe.StripeObject:
         if method.lower() != "post":
             return super().request(method, url, params, options, base_address=base_address, usage=usage)
-        intent = _intent_key(options)
+        intent = self._intent_for(options)
         path = url.split("?", 1)[0]
         operation = operation_for(path)
         caller = dict(params or {})
@@ -122,7 +157,7 @@ class _LedgerRequestor(_APIRequestor):
         elif receipt.provider_result_id is None:
             raise SafeEffectsError(f"intent {intent!r} is confirmed without a Stripe object id to retrieve")
         else:
-            answer = self.read(retrieve_path(path, receipt.provider_result_id))  # a read, never a second write
+            answer = self.transport.read(retrieve_path(path, receipt.provider_result_id))  # a read, never a write
         setattr(answer, _RECEIPT_ATTRIBUTE, receipt)
         return answer
 
@@ -223,9 +258,7 @@ class StripeClient(stripe.StripeClient):
             http_client=http_client,
         )
         plain = self._requestor
-        self._install(
-            _LedgerRequestor(plain._options, http_client, ledger=ledger, tenant=check_tenant(tenant), compensates=None)
-        )
+        self._install(_LedgerRequestor(plain._options, http_client, ledger=ledger, tenant=check_tenant(tenant)))
 
     def _install(self, requestor: _LedgerRequestor) -> None:
         """Rebuild the service tree on ``requestor`` (the SDK binds services to the requestor at init)."""
@@ -250,9 +283,16 @@ class StripeClient(stripe.StripeClient):
 
     def compensating(self, original_key: IntentKey | str) -> StripeClient:
         """A view whose writes compensate ``original_key`` (e.g. a refund of a charge): linked in the ledger."""
-        requestor = self._requestor._new_requestor_with_options(None)
-        requestor.compensates = IntentKey.parse(original_key)
-        return self._view(requestor)
+        return self._view(self._requestor.viewed(compensates=IntentKey.parse(original_key)))
+
+    def for_intent(self, intent_key: IntentKey | str) -> StripeClient:
+        """A view whose write is ``intent_key``, so ``options`` need no ``idempotency_key``.
+
+        ``client.for_intent("invoice:inv_42:collect:v1").v1.payment_intents.create(params=...)``: the key is
+        parsed here, before anything is recorded or sent. An ``idempotency_key`` in ``options`` must then
+        name the same intent.
+        """
+        return self._view(self._requestor.viewed(intent=IntentKey.parse(intent_key)))
 
     def without_ledger(self, *, reason: str) -> stripe.StripeClient:
         """A plain SDK client (retries still off) for writes the caller has declared safe to repeat."""
