@@ -125,3 +125,60 @@ def test_lookup_asks_message_insights_only_when_a_message_id_is_known(
     assert found.status is LookupStatus.FOUND
     assert found.provider_result_id == with_id.provider_result_id
     assert seen == [with_id.provider_result_id]
+
+
+def test_v1_send_templated_email_goes_through_the_ledger_once(
+    ses: Any, raw_client: Any, proxy: MotoFaultProxy, moto: str, ledger: Ledger
+) -> None:
+    raw_client("ses").create_template(
+        Template={"TemplateName": "welcome", "SubjectPart": "Hi {{name}}", "TextPart": "Welcome, {{name}}."}
+    )
+    email = {
+        "Source": "sender@example.com",
+        "Destination": {"ToAddresses": ["customer@example.com"]},
+        "Template": "welcome",
+        "TemplateData": json.dumps({"name": "Ada"}),
+    }
+    first = ses.send_templated_email(IntentKey=KEY, **email)
+    again = ses.send_templated_email(IntentKey=KEY, **email)
+
+    assert again["MessageId"] == first["MessageId"]
+    assert again["SafeEffects"]["FromLedger"] is True
+    form = parse_qs(proxy.sends()[0].body.decode())
+    assert form["Action"] == ["SendTemplatedEmail"]
+    assert form["Tags.member.1.Name"] == [INTENT_TAG]
+    assert len(proxy.sends()) == 1
+    assert len(moto_sent_messages(moto)) == 1
+    assert ledger.get(KEY).operation == "ses.send_templated_email"
+
+
+@pytest.mark.parametrize(
+    ("service", "method"),
+    [
+        ("ses", "send_bulk_templated_email"),
+        ("ses", "send_custom_verification_email"),
+        ("ses", "send_bounce"),
+        ("sesv2", "send_bulk_email"),
+        ("sesv2", "send_custom_verification_email"),
+    ],
+)
+def test_sends_the_ledger_cannot_guard_are_refused_not_passed_through(
+    env: Any, proxy: MotoFaultProxy, ledger: Ledger, service: str, method: str
+) -> None:
+    client = env.sesv2 if service == "sesv2" else env.ses
+    with pytest.raises(NotImplementedError, match=rf"{service}\.{method} is not guarded by the ledger"):
+        getattr(client, method)(Destination={"ToAddresses": ["customer@example.com"]})
+    assert proxy.exchanges == []
+    assert ledger.store.list_by_status(list(EffectStatus)) == []
+
+
+def test_without_ledger_needs_a_reason_and_is_the_plain_boto3_client(
+    sesv2: Any, proxy: MotoFaultProxy, moto: str, ledger: Ledger, v2_email: dict[str, Any]
+) -> None:
+    with pytest.raises(ValueError, match="needs a reason"):
+        sesv2.without_ledger(reason=" ")
+    plain = sesv2.without_ledger(reason="a test of the escape hatch")
+    plain.send_email(**v2_email)
+    assert "SafeEffects" not in plain.send_email(**v2_email)
+    assert len(moto_sent_messages(moto)) == 2
+    assert ledger.store.list_by_status(list(EffectStatus)) == []

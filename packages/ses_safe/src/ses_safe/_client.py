@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, overload
 
 import boto3
 from botocore.config import Config
@@ -29,6 +30,13 @@ if TYPE_CHECKING:
     from mypy_boto3_sesv2 import SESV2Client
 
 INTENT_KWARG = "IntentKey"
+# Sends the ledger cannot guard: several messages per call (one intent has one MessageId), or mail that is
+# not the caller's message (bounces, verification mail). Refused on the wrapped client, never passed through.
+_UNGUARDED_SENDS = {
+    "ses": frozenset({"send_bulk_templated_email", "send_custom_verification_email", "send_bounce"}),
+    "sesv2": frozenset({"send_bulk_email", "send_custom_verification_email"}),
+}
+_log = logging.getLogger("ses_safe")
 
 
 class MissingConfigurationSet(InvalidInput):
@@ -86,7 +94,16 @@ class _SafeClient:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):  # never forward private names (copy/pickle probe them before __init__ ran)
             raise AttributeError(name)
+        if name in _UNGUARDED_SENDS[self._service]:
+            return functools.partial(_refuse, f"{self._service}.{name}")
         return getattr(self._raw, name)
+
+    def without_ledger(self, *, reason: str) -> Any:
+        """The plain boto3 client (your own retry settings) for sends you have declared safe to repeat."""
+        if not reason.strip():
+            raise ValueError("without_ledger needs a reason: say why these sends are safe to repeat")
+        _log.info("ses_safe: ledger bypassed: %s", reason)
+        return self._raw
 
     def _send(self, method: str, kwargs: dict[str, Any]) -> dict[str, Any]:
         intent_key = kwargs.pop(INTENT_KWARG, None)
@@ -114,6 +131,14 @@ class _SafeClient:
         return _response(receipt, self._tenant)
 
 
+def _refuse(operation: str, **_: Any) -> NoReturn:
+    raise NotImplementedError(
+        f"{operation} is not guarded by the ledger (it sends several messages, or mail that is not yours), so "
+        "the wrapped client refuses it: send one message per intent with send_email, or use "
+        "client.without_ledger(reason=...) for sends you have declared safe to repeat"
+    )
+
+
 def _response(receipt: Receipt, tenant: str) -> dict[str, Any]:
     """The boto3 response, or one shaped like it when the ledger answered; ``SafeEffects`` says which."""
     record = receipt.record
@@ -130,7 +155,8 @@ def _response(receipt: Receipt, tenant: str) -> dict[str, Any]:
 
 
 class SafeSESClient(_SafeClient):
-    """Drop-in for ``boto3.client("ses")``: ``send_email`` and ``send_raw_email`` need ``IntentKey=``."""
+    """Drop-in for ``boto3.client("ses")``: ``send_email``, ``send_raw_email`` and ``send_templated_email``
+    need ``IntentKey=``."""
 
     _service = "ses"
     _tags_field = "Tags"
@@ -140,6 +166,9 @@ class SafeSESClient(_SafeClient):
 
     def send_raw_email(self, **kwargs: Any) -> dict[str, Any]:
         return self._send("send_raw_email", kwargs)
+
+    def send_templated_email(self, **kwargs: Any) -> dict[str, Any]:
+        return self._send("send_templated_email", kwargs)
 
 
 class SafeSESv2Client(_SafeClient):

@@ -14,7 +14,7 @@ from safe_effects import (
 )
 
 PROVIDER = "ses"
-SEND_OPERATIONS = ("ses.send_email", "ses.send_raw_email", "sesv2.send_email")
+SEND_OPERATIONS = ("ses.send_email", "ses.send_raw_email", "ses.send_templated_email", "sesv2.send_email")
 CONNECT_TIMEOUT = 5.0
 READ_TIMEOUT = 30.0
 
@@ -48,7 +48,7 @@ MESSAGE_INSIGHTS = LookupMethod(
 
 
 def send_contract(operation: str) -> ProviderContract:
-    """The contract of one SES send operation; all three behave alike."""
+    """The contract of one SES send operation; they all behave alike."""
     return ProviderContract(
         provider=PROVIDER,
         operation=operation,

@@ -28,10 +28,10 @@ def moto_server() -> Iterator[str]:
 
 
 def moto_sent_messages(moto_url: str) -> list[dict[str, Any]]:
-    """Every email the moto server accepted since its last reset (simple and raw, v1 and v2)."""
+    """Every email the moto server accepted since its last reset (simple, raw and templated; v1 and v2)."""
     with urllib.request.urlopen(f"{moto_url}/moto-api/data.json") as answer:
         ses = json.load(answer).get("ses", {})
-    return [*ses.get("Message", []), *ses.get("RawMessage", [])]
+    return [*ses.get("Message", []), *ses.get("RawMessage", []), *ses.get("TemplateMessage", [])]
 
 
 def reset_moto(moto_url: str) -> None:

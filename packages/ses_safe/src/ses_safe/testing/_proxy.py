@@ -11,7 +11,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 from safe_effects.testing import Exchange, FakeHTTPServer, FakeRequest, FakeResponse, Fault
 
-V1_SEND_ACTIONS = frozenset({"SendEmail", "SendRawEmail"})
+V1_SEND_ACTIONS = frozenset({"SendEmail", "SendRawEmail", "SendTemplatedEmail"})
 V2_SEND_PATH = "/v2/email/outbound-emails"
 # hop-by-hop headers, plus the ones the proxy's own HTTP server writes (no duplicate Date/Server lines)
 _NOT_FORWARDED = frozenset(
@@ -20,7 +20,8 @@ _NOT_FORWARDED = frozenset(
 
 
 def is_send(request: FakeRequest) -> bool:
-    """A v1 SendEmail/SendRawEmail (query protocol) or a v2 SendEmail (REST): the calls that commit an email."""
+    """A v1 SendEmail/SendRawEmail/SendTemplatedEmail (query protocol) or a v2 SendEmail (REST): the calls
+    that commit an email."""
     if request.method != "POST":
         return False
     if request.path == V2_SEND_PATH:
