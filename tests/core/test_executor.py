@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
@@ -332,6 +334,75 @@ def test_classifier_that_raises_records_unknown(env: Env) -> None:
     with pytest.raises(EffectUnknown):
         env.ledger.execute(broken, CHARGE, intent_key=KEY)
     assert env.record().last_error_code == "classify_failed:RuntimeError"
+
+
+@dataclass
+class _HeldAtDispatch(GenericFakeAdapter):
+    """Holds every dispatch until released, so a second caller can be made to wait on a live holder."""
+
+    entered: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+
+    def dispatch(self, request: EffectRequest, provider_key: str) -> str:
+        self.entered.set()
+        assert self.release.wait(10), "the test never released the holder"
+        return super().dispatch(request, provider_key)
+
+
+class _Waits:
+    """An observer that says when its ledger started waiting for another worker."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+
+    def on_event(self, event: str, labels: Mapping[str, str]) -> None:
+        if event == "claim_contended":
+            self.started.set()
+
+
+@pytest.mark.parametrize(
+    ("failures", "waiter_gets", "status", "requests", "effects"),
+    [
+        ([FakeFailure.LOST_AFTER_COMMIT], EffectUnknown, EffectStatus.UNKNOWN, 1, 1),
+        ([FakeFailure.RATE_LIMITED] * 4, EffectDeferred, EffectStatus.PREPARED, 4, 0),
+    ],
+    ids=["holder_ends_unknown", "holder_is_deferred"],
+)
+def test_a_caller_that_waited_for_another_never_dispatches(
+    env: Env,
+    failures: list[FakeFailure],
+    waiter_gets: type[Exception],
+    status: EffectStatus,
+    requests: int,
+    effects: int,
+) -> None:
+    held = _HeldAtDispatch(env.fake, env.adapter.contract)
+    env.fake.fail_next(*failures)
+    waits = _Waits()
+    waiter = env.other_ledger(observer=waits)
+    outcomes: dict[str, BaseException] = {}
+
+    def run(name: str, ledger: Ledger) -> None:
+        try:
+            ledger.execute(held, CHARGE, intent_key=KEY)
+        except Exception as error:  # the outcome is what the test compares
+            outcomes[name] = error
+
+    holder = threading.Thread(target=run, args=("holder", env.ledger))
+    holder.start()
+    assert held.entered.wait(10)
+    second = threading.Thread(target=run, args=("waiter", waiter))
+    second.start()
+    assert waits.started.wait(10)  # the waiter found a live holder and waits for it
+    held.release.set()
+    holder.join(10)
+    second.join(10)
+
+    assert type(outcomes.get("holder")) is waiter_gets
+    assert type(outcomes.get("waiter")) is waiter_gets  # not a receipt from a dispatch of its own
+    assert env.record().status is status
+    assert len(env.fake.requests()) == requests  # every request was the holder's
+    assert len(env.fake.effects()) == effects
 
 
 def test_worker_lost_mid_flight_is_reconciled_after_its_lease(store_url: str, tmp_path: Path) -> None:

@@ -340,7 +340,8 @@ class Ledger:
         """Answer a call whose intent is already recorded, without ever dispatching twice."""
         self._check_digest(record, digest)
         deadline = time.monotonic() + self.lease.wait_for_other.total_seconds()
-        contended = False
+        contended = False  # observed once per call
+        waited_for_holder = False  # a live worker held the intent while this call waited
         while True:
             try:
                 if record.status in (S.CONFIRMED, S.COMPENSATED):
@@ -348,15 +349,19 @@ class Ledger:
                     return Receipt(record=record, from_ledger=True)
                 if record.status is S.REJECTED:
                     raise self._rejected(record, None)
+                if waited_for_holder and record.status in (S.PREPARED, S.UNKNOWN):
+                    raise self._holder_outcome(record)  # a caller that waited for another never dispatches
                 if record.status is S.PREPARED:
                     return self._dispatch(adapter, request, self._claim(record), contract)
                 if record.status is S.UNKNOWN:
                     return self._reconcile_for_caller(adapter, request, record, contract)
                 if record.lease_expired(self.clock()):
                     record = self._expire_lease(record)
+                    waited_for_holder = False  # the holder is lost, not finished: this call reconciles
                     continue
             except StaleRecord:
                 pass  # another worker moved it: read again and decide again
+            waited_for_holder = True
             if not contended:
                 contended = True
                 self._observe("claim_contended", record)
@@ -369,6 +374,23 @@ class Ledger:
                 )
             self._sleep(self.lease.poll_interval)
             record = self.get(record.intent_key, tenant=record.tenant)
+
+    @staticmethod
+    def _holder_outcome(record: EffectRecord) -> EffectDeferred | EffectUnknown:
+        """What a caller that waited gets when the worker it waited for ended without a confirmed answer."""
+        if record.status is S.PREPARED:
+            return EffectDeferred(
+                f"intent {record.intent_key!r}: the worker that held it was refused by {record.provider} "
+                f"({record.last_error_class}); the intent is prepared again, try again later",
+                intent_key=record.intent_key,
+                record=record,
+            )
+        return EffectUnknown(
+            f"intent {record.intent_key!r}: the worker that held it ended without an answer from "
+            f"{record.provider}; it is recorded unknown and will be reconciled, not resent by this caller",
+            intent_key=record.intent_key,
+            record=record,
+        )
 
     def _claim(self, record: EffectRecord, *, reason: str = "claim") -> EffectRecord:
         now = self.clock()
