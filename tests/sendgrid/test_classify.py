@@ -70,9 +70,20 @@ def test_a_wrong_api_key_is_a_real_401(
         (Fault.status_after_commit(500), 1),
         (Fault.drop_before_commit(), 0),
         (Fault.drop_after_commit(), 1),
+        (Fault.reset_after_commit(), 1),
         (Fault.delay(PAST_TIMEOUT), 1),
     ],
-    ids=["500", "502", "503", "504", "500-after-commit", "drop-before", "drop-after", "delay-past-timeout"],
+    ids=[
+        "500",
+        "502",
+        "503",
+        "504",
+        "500-after-commit",
+        "drop-before",
+        "drop-after",
+        "reset-after",
+        "delay-past-timeout",
+    ],
 )
 def test_server_errors_and_lost_answers_are_unknown(
     fault: Fault, committed: int, *, sg: SendGridAPIClient, fake: FakeSendGrid, ledger: Ledger, key: str, mail: Any
@@ -140,16 +151,13 @@ def test_raw_sdk_failures_classify_as_documented(fake: FakeSendGrid, raw: Any, m
         (Fault.status_code(429), "TooManyRequestsError", Outcome.RETRYABLE),
         (Fault.status_code(502), "HTTPError", Outcome.UNKNOWN),
         (Fault.drop_after_commit(), "RemoteDisconnected", Outcome.UNKNOWN),
+        (Fault.reset_after_commit(), "ConnectionResetError", Outcome.UNKNOWN),
         (Fault.delay(PAST_TIMEOUT), "TimeoutError", Outcome.UNKNOWN),
     ]
     for fault, error_class, outcome in cases:
         fake.inject(fault)
         verdict = classify(_failure(raw, mail()))
         assert (verdict.error_class, verdict.outcome) == (error_class, outcome)
-
-
-def test_a_connection_reset_after_sending_is_unknown() -> None:
-    assert classify(ConnectionResetError(104, "reset")).outcome is Outcome.UNKNOWN
 
 
 def test_url_errors_without_a_socket_reason_are_final() -> None:

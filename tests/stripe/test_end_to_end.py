@@ -134,6 +134,22 @@ class Case:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def _answer_lost_after_commit(fault: Fault, answered: int | None = None) -> Case:
+    """The fake committed, then the client got no answer: closed, reset, or answered after its read timeout."""
+    return Case(
+        _with_fault(fault),
+        PI,
+        EffectUnknown,
+        stripe.APIConnectionError,
+        EffectStatus.UNKNOWN,
+        "APIConnectionError",
+        "after_send",
+        [answered],
+        payment_intents=1,
+        effects=1,
+    )
+
+
 CASES = {
     "card_declined": Case(
         _plain,
@@ -235,30 +251,9 @@ CASES = {
         payment_intents=1,
         effects=1,
     ),
-    "response_dropped_after_commit": Case(
-        _with_fault(Fault.drop_after_commit()),
-        PI,
-        EffectUnknown,
-        stripe.APIConnectionError,
-        EffectStatus.UNKNOWN,
-        "APIConnectionError",
-        "after_send",
-        [None],
-        payment_intents=1,
-        effects=1,
-    ),
-    "read_timeout_after_commit": Case(
-        _with_fault(Fault.delay(SHORT_TIMEOUT[1] + 0.3)),
-        PI,
-        EffectUnknown,
-        stripe.APIConnectionError,
-        EffectStatus.UNKNOWN,
-        "APIConnectionError",
-        "after_send",
-        [200],
-        payment_intents=1,
-        effects=1,
-    ),
+    "response_dropped_after_commit": _answer_lost_after_commit(Fault.drop_after_commit()),
+    "connection_reset_after_commit": _answer_lost_after_commit(Fault.reset_after_commit()),
+    "read_timeout_after_commit": _answer_lost_after_commit(Fault.delay(SHORT_TIMEOUT[1] + 0.3), answered=200),
     "rate_limited_on_every_attempt": Case(
         _with_fault(rate_limit_fault(times=FAST_RETRY.max_attempts)),
         PI,

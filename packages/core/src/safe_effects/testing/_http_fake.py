@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import struct
 import sys
 import threading
 import time
@@ -58,6 +59,7 @@ class FaultKind(StrEnum):
     STATUS = "status"  # answer with an error status; the handler never runs, nothing is committed
     DROP_BEFORE_COMMIT = "drop_before_commit"  # close the connection; the handler never runs
     DROP_AFTER_COMMIT = "drop_after_commit"  # handler runs (effect committed), connection closed unanswered
+    RESET_AFTER_COMMIT = "reset_after_commit"  # handler runs, then a TCP reset: "connection reset by peer"
     DELAY = "delay"  # handler runs, the answer waits ``seconds`` (past the client's read timeout)
     CUT_BODY = "cut_body"  # handler runs, status and headers are sent with half the body, then close
     STATUS_AFTER_COMMIT = "status_after_commit"  # handler runs, then an error status is answered
@@ -83,6 +85,10 @@ class Fault:
     @classmethod
     def drop_after_commit(cls, **match: Any) -> Fault:
         return cls(FaultKind.DROP_AFTER_COMMIT, **match)
+
+    @classmethod
+    def reset_after_commit(cls, **match: Any) -> Fault:
+        return cls(FaultKind.RESET_AFTER_COMMIT, **match)
 
     @classmethod
     def drop_before_commit(cls, **match: Any) -> Fault:
@@ -244,7 +250,7 @@ class FakeHTTPServer:
         if fault is None:
             self._record(Exchange(request, response.status, None, response.committed))
             return None, response
-        if fault.kind is FaultKind.DROP_AFTER_COMMIT:
+        if fault.kind in (FaultKind.DROP_AFTER_COMMIT, FaultKind.RESET_AFTER_COMMIT):
             self._record(Exchange(request, None, fault.kind, response.committed))
             return fault, None
         if fault.kind is FaultKind.STATUS_AFTER_COMMIT:
@@ -258,6 +264,28 @@ class FakeHTTPServer:
 
 class _QuietServer(ThreadingHTTPServer):
     """A client that vanishes (a killed worker, a dropped keep-alive) is part of the test, not an error."""
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        super().__init__(address, handler)
+        self._resets: set[socket.socket] = set()
+        self._resets_lock = threading.Lock()
+
+    def reset_when_closed(self, connection: socket.socket) -> None:
+        """Close ``connection`` with a TCP reset instead of the usual FIN."""
+        with self._resets_lock:
+            self._resets.add(connection)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._resets_lock:
+            reset = request in self._resets
+            self._resets.discard(request)
+        if not reset:
+            super().shutdown_request(request)
+            return
+        # no shutdown(SHUT_WR) first (it would send a FIN the client reads as a clean close): linger 0, close
+        with contextlib.suppress(OSError):
+            request.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.close_request(request)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         if not isinstance(sys.exc_info()[1], ConnectionError):
@@ -294,7 +322,7 @@ def _make_handler_class(server: FakeHTTPServer) -> type[BaseHTTPRequestHandler]:
             fault, response = server._serve(request)
             try:
                 if response is None:
-                    self._drop()
+                    self._drop(reset=fault is not None and fault.kind is FaultKind.RESET_AFTER_COMMIT)
                     return
                 cut = fault is not None and fault.kind is FaultKind.CUT_BODY
                 self.send_response(response.status)
@@ -311,8 +339,12 @@ def _make_handler_class(server: FakeHTTPServer) -> type[BaseHTTPRequestHandler]:
             except (BrokenPipeError, ConnectionResetError):
                 self.close_connection = True
 
-        def _drop(self) -> None:
+        def _drop(self, *, reset: bool = False) -> None:
             self.close_connection = True
+            if reset:
+                assert isinstance(self.server, _QuietServer)
+                self.server.reset_when_closed(self.connection)
+                return
             with contextlib.suppress(OSError):  # the peer may have gone already
                 self.connection.shutdown(socket.SHUT_RDWR)
 
