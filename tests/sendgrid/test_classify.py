@@ -21,7 +21,7 @@ from safe_effects import (
     Outcome,
 )
 from safe_effects.testing import Fault
-from sendgrid_safe import SendGridAPIClient, classify
+from sendgrid_safe import INTENT_ARG, SendGridAPIClient, classify
 from sendgrid_safe._rules import retry_after
 from sendgrid_safe.testing import FakeSendGrid
 
@@ -114,6 +114,7 @@ def test_429_is_retried_with_the_same_intent_and_sends_once(
     response = sg.send(mail(), intent_key=key)
     assert response.status_code == 202
     assert (len(fake.sends()), fake.effect_count) == (3, 1)
+    assert {send.json()["custom_args"][INTENT_ARG] for send in fake.sends()} == {key}  # every attempt, one intent
     assert record(key).status is S.CONFIRMED
     assert record(key).provider_result_id == fake.messages[0].message_id
 
