@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from safe_effects import DEFAULT_TENANT, IntentKey, LookupKind, ParameterMatching
+from safe_effects import DEFAULT_TENANT, ApprovalThresholds, IntentKey, LookupKind, ParameterMatching
 from stripe_safe import METADATA_INTENT, METADATA_TENANT, contract_for, operation_for, provider_key, search_query
-from stripe_safe._contract import retrieve_path, stamp_metadata
+from stripe_safe._contract import retrieve_path, stamp_metadata, summary_for
 from stripe_safe.testing._form import decode_form, parse_search
 
 
@@ -69,3 +69,26 @@ def test_contract_facts() -> None:
     assert [m.kind for m in contract_for("refunds.create").lookups] == [LookupKind.KEY_REPLAY, LookupKind.RETRIEVE]
     assert contract.forced_sdk_settings["max_network_retries"] == "0"
     assert "https://docs.stripe.com/idempotency" in contract.sources
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "amount", "needs_second_operator"),
+    [
+        ("/v1/payment_intents", {"amount": 2000, "currency": "eur"}, "2000", False),
+        ("/v1/payment_intents/pi_1/confirm", {}, "unknown", True),  # the amount was set at create
+        ("/v1/payment_intents/pi_1/capture", {"amount_to_capture": 300}, "300", True),  # currency unknown: fails safe
+        ("/v1/payment_intents/pi_1/capture", {}, "unknown", True),
+        ("/v1/refunds", {"payment_intent": "pi_1"}, "unknown", True),  # a full refund
+        ("/v1/invoices/in_1/pay", {}, "unknown", True),
+        ("/v1/payment_intents/pi_1/cancel", {}, None, False),  # moves no money
+        ("/v1/customers", {"email": "a@example.com"}, None, False),
+    ],
+)
+def test_a_money_movement_without_an_amount_needs_a_second_operator(
+    path: str, params: dict[str, object], amount: str | None, needs_second_operator: bool
+) -> None:
+    summary = summary_for(path, params)
+    assert summary.get("amount") == amount
+    assert "email" not in summary  # never customer data
+    thresholds = ApprovalThresholds.parse("eur=100000,usd=100000")
+    assert (thresholds.requires_approval(summary) is not None) is needs_second_operator

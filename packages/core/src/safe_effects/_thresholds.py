@@ -49,7 +49,8 @@ class ApprovalThresholds:
         """Why a second operator is needed for a record with this summary, or None.
 
         Fails safe: an amount that is not an integer, or in a currency without a threshold, needs approval.
-        A summary without an amount (an email) never does.
+        A summary without an amount (an email) never does; a provider package marks a money movement whose
+        call names no amount with a non-integer one (stripe_safe: ``"unknown"``), so that it does.
         """
         if not self.limits or "amount" not in summary:
             return None

@@ -189,6 +189,20 @@ def search_query(intent_key: str, tenant: str) -> str:
 
 # amounts for the operator's list and the two-person rule; customer ids, never card data or emails
 SUMMARY_FIELDS = ("amount", "currency", "customer")
+# writes that can move money even when the call names no amount (a confirm, a capture or refund of the whole
+# amount, paying an invoice): their summary says "unknown", which the two-person rule treats as large
+MOVES_MONEY = frozenset(
+    {
+        "payment_intents.create",
+        "payment_intents.confirm",
+        "payment_intents.capture",
+        "charges.create",
+        "charges.capture",
+        "refunds.create",
+        "invoices.pay",
+    }
+)
+UNKNOWN_AMOUNT = "unknown"
 
 
 def summary_for(path: str, params: Mapping[str, Any]) -> dict[str, str]:
@@ -198,6 +212,11 @@ def summary_for(path: str, params: Mapping[str, Any]) -> dict[str, str]:
         value = params.get(name)
         if isinstance(value, str | int) and not isinstance(value, bool):
             summary[name] = str(value)
+    captured = params.get("amount_to_capture")
+    if "amount" not in summary and isinstance(captured, int) and not isinstance(captured, bool):
+        summary["amount"] = str(captured)
+    if "amount" not in summary and operation_for(summary["path"]) in MOVES_MONEY:
+        summary["amount"] = UNKNOWN_AMOUNT
     return summary
 
 
