@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -24,6 +24,7 @@ from safe_effects import (
     EvidenceVerdict,
     IllegalTransition,
     IntentConflict,
+    InvalidInput,
     InvalidIntentKey,
     InvalidTenant,
     LeaseLost,
@@ -590,6 +591,30 @@ def test_bad_input_is_typed_and_writes_nothing(
 ) -> None:
     with pytest.raises(error, match=message):
         env.ledger.execute(env.adapter, CHARGE, **kwargs)  # type: ignore[arg-type]
+    assert env.ledger.store.list_by_status(list(EffectStatus)) == []
+    assert env.fake.requests() == []
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda e: e.ledger.execute(e.adapter, CHARGE, intent_key=KEY, workflow_id=5), "invalid workflow_id"),
+        (lambda e: e.ledger.prepare(e.adapter, CHARGE, intent_key=KEY, step_id=["s"]), "invalid step_id"),
+        (lambda e: EffectRequest(operation=5, params={}), r"EffectRequest\.operation must be"),
+        (lambda e: EffectRequest(operation="charge", params=[1, 2]), r"EffectRequest\.params must be a mapping"),
+        (lambda e: EffectRequest(operation="charge", params=None), r"EffectRequest\.params must be a mapping"),
+        (
+            lambda e: EffectRequest(operation="charge", params={}, summary={"amount": 4200}),
+            r"EffectRequest\.summary must map str to str",
+        ),
+    ],
+    ids=["workflow_id", "step_id", "operation", "params_list", "params_none", "summary_int"],
+)
+def test_wrong_types_are_typed_errors_naming_the_field_and_write_nothing(
+    env: Env, call: Callable[[Env], object], message: str
+) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        call(env)
     assert env.ledger.store.list_by_status(list(EffectStatus)) == []
     assert env.fake.requests() == []
 

@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import Any, Protocol, TypeVar
 
 from ._contract import ProviderContract
+from ._errors import InvalidInput
 from ._keys import IntentKey
 from ._records import EffectRecord
 
@@ -60,6 +61,20 @@ class EffectRequest:
     params: Mapping[str, Any]
     payload: Any = None
     summary: Mapping[str, str] = field(default_factory=dict)  # operator-facing, no secrets
+
+    def __post_init__(self) -> None:
+        """Wrong types are refused here, by name, before a digest or a record is attempted."""
+        operation: object = self.operation  # as given at runtime, whatever the annotations promise
+        params: object = self.params
+        summary: object = self.summary
+        if not isinstance(operation, str) or not operation:
+            raise InvalidInput(f"EffectRequest.operation must be a non-empty str, got {operation!r}")
+        if not isinstance(params, Mapping):
+            raise InvalidInput(f"EffectRequest.params must be a mapping, got {type(params).__name__}")
+        if not isinstance(summary, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in summary.items()
+        ):
+            raise InvalidInput(f"EffectRequest.summary must map str to str, got {summary!r}")
 
 
 class ProviderAdapter(Protocol[ResponseT]):

@@ -11,6 +11,7 @@ from collections.abc import Callable, Collection, Mapping
 from functools import lru_cache
 from typing import Any, TypeVar
 
+from pydantic import ValidationError
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
 from tenacity.stop import stop_base
 
@@ -27,6 +28,7 @@ from ._errors import (
     IllegalTransition,
     IntentConflict,
     IntentNotFound,
+    InvalidInput,
     LeaseLost,
     StaleRecord,
     UnknownTenant,
@@ -309,25 +311,29 @@ class Ledger:
         )
         now = self.clock()
         claimed = status is S.IN_FLIGHT
-        return EffectRecord(
-            tenant=tenant,
-            intent_key=key,
-            provider=adapter.provider,
-            operation=request.operation,
-            request_digest=digest,
-            status=status,
-            workflow_id=workflow_id,
-            step_id=step_id,
-            provider_key=adapter.provider_key(tenant, key),
-            attempt_count=1 if claimed else 0,
-            lease_owner=self.worker_id if claimed else None,
-            lease_expires_at=now + self.lease.duration if claimed else None,
-            summary=dict(request.summary),
-            created_at=now,
-            updated_at=now,
-            first_dispatched_at=now if claimed else None,
-            dispatched_at=now if claimed else None,
-        )
+        try:
+            return EffectRecord(
+                tenant=tenant,
+                intent_key=key,
+                provider=adapter.provider,
+                operation=request.operation,
+                request_digest=digest,
+                status=status,
+                workflow_id=workflow_id,
+                step_id=step_id,
+                provider_key=adapter.provider_key(tenant, key),
+                attempt_count=1 if claimed else 0,
+                lease_owner=self.worker_id if claimed else None,
+                lease_expires_at=now + self.lease.duration if claimed else None,
+                summary=dict(request.summary),
+                created_at=now,
+                updated_at=now,
+                first_dispatched_at=now if claimed else None,
+                dispatched_at=now if claimed else None,
+            )
+        except ValidationError as error:  # a wrong type from the caller (workflow_id=5): named, typed
+            fields = ", ".join(".".join(str(part) for part in e["loc"]) for e in error.errors())
+            raise InvalidInput(f"intent {key!r}: invalid {fields}: {error}") from error
 
     def _resume(
         self,
