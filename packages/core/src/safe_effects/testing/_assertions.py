@@ -28,13 +28,19 @@ def assert_effect(
     expected_effects: int = 1,
     tenant: str = DEFAULT_TENANT,
 ) -> EffectRecord:
-    """The ledger holds ``intent_key`` in ``status`` and the provider did ``expected_effects``; returns the record."""
+    """The ledger holds ``intent_key`` in ``status`` and the provider did ``expected_effects``; returns the record.
+
+    Whatever is expected, a ``confirmed`` record with other than exactly one provider effect fails: that is
+    the one outcome the ledger exists to rule out, so no ``expected_effects`` can make it pass.
+    """
     want = EffectStatus(status)
     record = ledger.store.get(tenant, IntentKey.parse(intent_key))
-    if record is not None and record.status is want and provider_effects == expected_effects:
+    broken = record is not None and record.status is EffectStatus.CONFIRMED and provider_effects != 1
+    if not broken and record is not None and record.status is want and provider_effects == expected_effects:
         return record
+    invariant = f"\n  never confirmed with {provider_effects} provider effects: exactly one" if broken else ""
     raise AssertionError(
         f"effect check failed for intent {str(intent_key)!r} (tenant {tenant!r}):\n"
         f"  provider side: {provider_effects} effect(s), expected {expected_effects}\n"
-        f"  ledger side:   {_ledger_side(record)}; expected {want.value}"
+        f"  ledger side:   {_ledger_side(record)}; expected {want.value}{invariant}"
     )
