@@ -100,9 +100,9 @@ nothing available yet says whether it did. Every unknown cell above has at most 
 resend, and is listed by `store.list_by_status([unknown])`. Where the provider acted, its own event settles
 the record (SendGrid Event Webhook → `ingest_events`, SES event → `ingest_event`); where nothing reached the
 provider (`before_dispatch`, `server_error_500` on SendGrid and SES), no event will ever come and an operator,
-having checked the provider, resolves it with evidence. Stripe never ends unknown in this matrix: its 24 h
-key lets the ledger replay safely, and past the window its Search API finds the effect by the metadata the
-wrapper stamped.
+having checked the provider, resolves it with evidence. Stripe ends unknown only where its answer was a 500
+after it committed (the restarted worker's call ends unknown too); then the reconciler's Search API lookup,
+by the metadata the wrapper stamped, settles it. Elsewhere the 24 h key lets the ledger replay safely.
 """
 
 

@@ -60,6 +60,8 @@ def test_the_marker_is_registered(pytester: pytest.Pytester) -> None:
             "*not ('after_dispatch',); a provider-side point is a trap on a fake: safe_crash.at(...)",
         ),
         ('assert_all_fired="no"', "safe_effects marker: assert_all_fired must be True or False, not 'no'"),
+        ("crash_at=None", "safe_effects marker: crash_at must be a crash point or a list of them, not None"),
+        ("cassette_dir=123", "safe_effects marker: cassette_dir must be a str path, not 123"),
     ],
 )
 def test_a_bad_marker_option_errors_before_the_test_runs(pytester: pytest.Pytester, marker: str, message: str) -> None:

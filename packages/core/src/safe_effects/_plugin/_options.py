@@ -29,7 +29,12 @@ class SafeEffectsOptions:
             raise ValueError(
                 f"safe_effects marker: assert_all_fired must be True or False, not {self.assert_all_fired!r}"
             )
-        points = (self.crash_at,) if isinstance(self.crash_at, str) else self.crash_at
+        crash_at: object = self.crash_at  # as given in the marker, whatever the annotation promises
+        if not isinstance(crash_at, str | Sequence):
+            raise ValueError(f"safe_effects marker: crash_at must be a crash point or a list of them, not {crash_at!r}")
+        if self.cassette_dir is not None and not isinstance(self.cassette_dir, str):
+            raise ValueError(f"safe_effects marker: cassette_dir must be a str path, not {self.cassette_dir!r}")
+        points = (crash_at,) if isinstance(crash_at, str) else crash_at
         executor = [p.value for p in CrashPoint if p not in PROVIDER_SIDE]
         if any(p not in executor for p in points):
             raise ValueError(

@@ -19,7 +19,11 @@ def purge(
     older_than: Annotated[int, typer.Option("--older-than", min=0, help="Days since a record last changed.")],
     force_min_days: Annotated[
         int | None,
-        typer.Option("--force-min-days", min=0, help="Lower the retention floor explicitly (default: contracts)."),
+        typer.Option(
+            "--force-min-days",
+            min=0,
+            help="Lower the retention floor explicitly (default: 120 days, or the contracts of --adapters).",
+        ),
     ] = None,
     adapters: Annotated[
         str | None,
