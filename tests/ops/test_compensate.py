@@ -13,10 +13,11 @@ REFUND = "invoice:inv_5:refund:v1"
 
 
 def test_compensate_runs_once_and_links_both_records(ops: Ops) -> None:
-    ops.confirmed(KEY)
+    seen = ops.confirmed(KEY).version
     args = (
         "compensate", KEY, "--compensating-key", REFUND, "--operation", "refund", "--params", '{"amount": 100}',
         "--operator", "alice", "--reason", "customer cancelled", "--adapters", ADAPTERS,
+        "--expect-version", str(seen),
     )  # fmt: skip
     first = ops.cli_json(*args)
     assert first["original"]["status"] == "compensated"
@@ -27,9 +28,27 @@ def test_compensate_runs_once_and_links_both_records(ops: Ops) -> None:
     assert len(ops.fake.effects(f"default/{REFUND}")) == 1
 
 
+def test_compensate_refuses_a_record_that_moved_on_since_the_operator_saw_it(ops: Ops) -> None:
+    seen = ops.confirmed(KEY).version
+    args = (
+        "compensate", KEY, "--compensating-key", REFUND, "--operation", "refund", "--params", '{"amount": 100}',
+        "--operator", "alice", "--reason", "customer cancelled", "--adapters", ADAPTERS,
+        "--expect-version", str(seen - 1),
+    )  # fmt: skip
+    stale = ops.cli(*args)
+    assert stale.exit_code == 1
+    assert f"you saw v{seen - 1}: it moved on" in stale.stderr
+    assert ops.ledger.get(KEY).status == "confirmed"
+    assert ops.fake.effects(f"default/{REFUND}") == []
+    assert f"to compensate it, pass --expect-version {seen}" in ops.cli("show", KEY).stdout
+
+
 def test_compensate_refuses_an_unconfirmed_original_and_bad_params(ops: Ops) -> None:
-    ops.unknown(KEY)
-    base = ("compensate", KEY, "--compensating-key", REFUND, "--operation", "refund", "--operator", "alice")
+    seen = ops.unknown(KEY).version
+    base = (
+        "compensate", KEY, "--compensating-key", REFUND, "--operation", "refund", "--operator", "alice",
+        "--expect-version", str(seen),
+    )  # fmt: skip
     refused = ops.cli(*base, "--params", "{}", "--reason", "r", "--adapters", ADAPTERS)
     assert refused.exit_code == 1
     assert "illegal transition unknown -> compensated" in refused.stderr

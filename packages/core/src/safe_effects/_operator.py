@@ -187,11 +187,23 @@ class Operator:
         params: Mapping[str, Any],
         operator: str,
         reason: str,
+        expect_version: int,
         tenant: str = DEFAULT_TENANT,
     ) -> Receipt:
-        """Launch the linked compensating intent (a refund, a correction); its summary names who and why."""
+        """Launch the linked compensating intent (a refund, a correction); its summary names who and why.
+
+        Only while the original is still the confirmed record at ``expect_version`` (the one the operator
+        looked at); running the same compensation again answers from the ledger.
+        """
         operator = _required(operator, "operator identity (--operator)")
         reason = _required(reason, "a reason (--reason)")
+        original = self.ledger.get(original_key, tenant=tenant)
+        same_again = original.status is S.COMPENSATED and original.compensated_by == IntentKey.parse(compensating_key)
+        if not same_again and original.version != expect_version:
+            raise StaleRecord(
+                f"intent {original.intent_key!r} is at {original.status} v{original.version}, you saw "
+                f"v{expect_version}: it moved on; run `show` again before compensating"
+            )
         request = EffectRequest(
             operation=operation, params=params, summary={"requested_by": actor(operator), "reason": reason}
         )

@@ -44,6 +44,7 @@ def compensate(
     params: Annotated[str, typer.Option("--params", help="The compensation request as a JSON object.")],
     operator: OperatorName,
     reason: ReasonText,
+    expect_version: Annotated[int, typer.Option("--expect-version", help="The version `show` displayed.")],
     tenant: Tenant = DEFAULT_TENANT,
     adapters: AdaptersSpec = None,
     as_json: AsJson = False,
@@ -60,6 +61,7 @@ def compensate(
             params=request,
             operator=operator,
             reason=reason,
+            expect_version=expect_version,
             tenant=tenant,
         )
         original = ledger.get(key, tenant=tenant)

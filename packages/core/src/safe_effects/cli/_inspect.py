@@ -108,6 +108,8 @@ def show(key: str, *, store: StoreUrl, tenant: Tenant = DEFAULT_TENANT, as_json:
         )
     if record.status is EffectStatus.UNKNOWN:
         emit(f"to resolve it, pass --expect-version {record.version}")
+    elif record.status is EffectStatus.CONFIRMED:
+        emit(f"to compensate it, pass --expect-version {record.version}")
 
 
 def lookup(
