@@ -198,6 +198,7 @@ class PostgresStore:
         self._bookkeeping = _render(sql.SQL(POSTGRES_BOOKKEEPING).format(schema=schema_id))
         self._create_schema = _render(sql.SQL("CREATE SCHEMA {}").format(schema_id))
         self._applied = _render(sql.SQL("SELECT version FROM {}").format(schema_table))
+        self._bookkeeping_name = _render(schema_table).decode()  # quoted, for to_regclass
         self._record_version = _render(sql.SQL("INSERT INTO {} (version) VALUES (%s)").format(schema_table))
 
     def migrate(self) -> None:
@@ -216,6 +217,12 @@ class PostgresStore:
                 for statement in statements:
                     conn.execute(statement)
                 conn.execute(self._record_version, (version,))
+
+    def pending_migrations(self) -> list[int]:
+        with _Checkout(self._pool) as conn:
+            known = conn.execute("SELECT to_regclass(%s)", (self._bookkeeping_name,)).fetchone()
+            applied = {row[0] for row in conn.execute(self._applied)} if known and known[0] else set()
+        return [version for version in self._migrations if version not in applied]
 
     def close(self) -> None:
         self._pool.close()

@@ -170,6 +170,14 @@ class SQLiteStore:
                     (migration.version, _utc_text(datetime.now(UTC))),
                 )
 
+    def pending_migrations(self) -> list[int]:
+        conn = self._conn()
+        known = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'")
+        applied = (
+            {row[0] for row in conn.execute("SELECT version FROM schema_migrations")} if known.fetchone() else set()
+        )
+        return [m.version for m in MIGRATIONS if m.version not in applied]
+
     def close(self) -> None:
         """Close every thread's connection (they were opened with check_same_thread=False for this)."""
         with self._lock:

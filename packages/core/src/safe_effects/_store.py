@@ -22,6 +22,10 @@ class Store(Protocol):
         """Apply pending schema migrations; idempotent and safe from two processes at once."""
         ...
 
+    def pending_migrations(self) -> list[int]:
+        """Migration versions not applied yet (every one of them on an empty store); changes nothing."""
+        ...
+
     def close(self) -> None: ...
 
     def insert_if_absent(

@@ -9,16 +9,16 @@ from ._postgres import PostgresStore
 from ._sqlite import SQLiteStore
 from ._store import Store
 
-_SQLITE = "sqlite:///"
+SQLITE_PREFIX = "sqlite:///"
 
 
 def open_store(url: str) -> Store:
     """``sqlite:///relative.db``, ``sqlite:////abs/path.db`` or ``postgresql://...[?schema=name]``."""
     scheme = url.partition("://")[0] if "://" in url else ""
     if scheme == "sqlite":
-        if not url.startswith(_SQLITE) or len(url) == len(_SQLITE):
+        if not url.startswith(SQLITE_PREFIX) or len(url) == len(SQLITE_PREFIX):
             raise InvalidInput(f"a SQLite store URL looks like sqlite:///path.db, got {url!r}")
-        return SQLiteStore(url[len(_SQLITE) :])
+        return SQLiteStore(url[len(SQLITE_PREFIX) :])
     if scheme in ("postgresql", "postgres"):
         parts = urlsplit(url)
         query = parse_qsl(parts.query, keep_blank_values=True)

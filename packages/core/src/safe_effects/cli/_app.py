@@ -8,6 +8,7 @@ from ._common import handled
 from ._compensate import compensate
 from ._inspect import list_effects, lookup, show
 from ._metrics import metrics
+from ._migrate import migrate
 from ._purge import purge
 from ._reconcile import reconcile
 from ._resolve import approve, decline, pending, resolve
@@ -29,3 +30,4 @@ app.command("pending")(handled(pending))
 app.command("compensate")(handled(compensate))
 app.command("purge")(handled(purge))
 app.command("metrics")(handled(metrics))
+app.command("migrate")(handled(migrate))

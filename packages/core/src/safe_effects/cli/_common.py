@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Annotated, Any, NoReturn, ParamSpec
 
 import typer
@@ -20,6 +21,7 @@ from safe_effects._adapter import ProviderAdapter
 from safe_effects._adapter_registry import ENTRY_POINT_GROUP, load_adapters
 from safe_effects._errors import InvalidInput, SafeEffectsError
 from safe_effects._ledger import Ledger
+from safe_effects._store_url import SQLITE_PREFIX, open_store
 
 DEBUG_ENV = "SAFE_EFFECTS_DEBUG"
 P = ParamSpec("P")
@@ -77,8 +79,20 @@ def fail(message: str) -> NoReturn:
 
 @contextmanager
 def opened(store: str, *, worker_id: str | None = None) -> Iterator[Ledger]:
-    """The ledger on ``store`` (migrated, so the approvals table exists), closed after the command."""
-    with Ledger.open(store, worker_id=worker_id) as ledger:
+    """The existing, migrated ledger on ``store``, closed after the command.
+
+    A command never creates or upgrades a store: a mistyped path must not answer "no unknowns" from a new
+    empty ledger, and a migration is a step an operator plans (``safe-effects migrate``).
+    """
+    if store.startswith(SQLITE_PREFIX) and not Path(store[len(SQLITE_PREFIX) :]).exists():
+        raise InvalidInput(f"no ledger at {store}: the file does not exist (create one with `safe-effects migrate`)")
+    with Ledger(open_store(store), worker_id=worker_id) as ledger:
+        pending = ledger.store.pending_migrations()
+        if pending:
+            raise InvalidInput(
+                f"the ledger at {store} lacks schema migration(s) {', '.join(map(str, pending))}: run "
+                "`safe-effects migrate` first (docs/operations.md, Store schema, says what each one locks)"
+            )
         yield ledger
 
 
