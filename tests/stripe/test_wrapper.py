@@ -117,9 +117,12 @@ def test_an_intent_named_twice_differently_is_refused_before_anything_is_recorde
 
 
 def test_objects_from_a_view_are_not_bound_to_its_intent(env: Env) -> None:
-    created = env.client.for_intent(KEY).v1.payment_intents.create(params={**PI, "confirm": False})  # type: ignore[arg-type]
-    with pytest.raises(MissingIntentKey):  # a later write on the object names its own intent, as anywhere else
-        created.cancel()
+    view = env.client.for_intent(KEY)
+    created = view.v1.payment_intents.create(params={**PI, "confirm": False})  # type: ignore[arg-type]
+    read = view.v1.payment_intents.retrieve(created.id)
+    for obj in (created, read):
+        with pytest.raises(MissingIntentKey):  # a later write on the object names its own intent, as anywhere else
+            obj.cancel()
     assert env.posts() == 1
     assert env.fake.payment_intents[0]["status"] != "canceled"
     assert env.record().status is EffectStatus.CONFIRMED

@@ -134,6 +134,8 @@ class _LedgerRequestor(_APIRequestor):
         usage: list[str] | None = None,
     ) -> stripe.StripeObject:
         if method.lower() != "post":
+            if self.transport is not self:  # a view's reads, too, return objects not bound to the view
+                return self.transport.request(method, url, params, options, base_address=base_address, usage=usage)
             return super().request(method, url, params, options, base_address=base_address, usage=usage)
         intent = self._intent_for(options)
         path = url.split("?", 1)[0]
