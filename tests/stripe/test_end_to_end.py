@@ -134,6 +134,22 @@ class Case:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def _server_error(arrange: Arrange, *, committed: int) -> Case:
+    """A 500: unknown whether or not the fake had committed, which only the fake's log tells."""
+    return Case(
+        arrange,
+        PI,
+        EffectUnknown,
+        stripe.APIError,
+        EffectStatus.UNKNOWN,
+        "APIError",
+        "http_500",
+        [500],
+        payment_intents=committed,
+        effects=committed,
+    )
+
+
 def _answer_lost_after_commit(fault: Fault, answered: int | None = None) -> Case:
     """The fake committed, then the client got no answer: closed, reset, or answered after its read timeout."""
     return Case(
@@ -227,30 +243,8 @@ CASES = {
         payment_intents=1,
         effects=1,
     ),
-    "server_error_500_before_execution": Case(
-        _with_fault(server_error_fault()),
-        PI,
-        EffectUnknown,
-        stripe.APIError,
-        EffectStatus.UNKNOWN,
-        "APIError",
-        "http_500",
-        [500],
-        payment_intents=0,
-        effects=0,
-    ),
-    "server_error_500_after_commit": Case(
-        _saved_500_after_commit,
-        PI,
-        EffectUnknown,
-        stripe.APIError,
-        EffectStatus.UNKNOWN,
-        "APIError",
-        "http_500",
-        [500],
-        payment_intents=1,
-        effects=1,
-    ),
+    "server_error_500_before_execution": _server_error(_with_fault(server_error_fault()), committed=0),
+    "server_error_500_after_commit": _server_error(_saved_500_after_commit, committed=1),
     "response_dropped_after_commit": _answer_lost_after_commit(Fault.drop_after_commit()),
     "connection_reset_after_commit": _answer_lost_after_commit(Fault.reset_after_commit()),
     "read_timeout_after_commit": _answer_lost_after_commit(Fault.delay(SHORT_TIMEOUT[1] + 0.3), answered=200),
