@@ -32,11 +32,26 @@ def test_retrieve_path_is_the_object_the_write_produced() -> None:
 def test_provider_key_is_the_intent_for_the_default_tenant_and_qualified_otherwise() -> None:
     key = IntentKey.parse("invoice:inv_42:collect:v1")
     assert provider_key(DEFAULT_TENANT, key) == key
-    assert provider_key("acme", key) == f"acme|{key}"
+    assert provider_key("acme", key) == f"{key}@acme"
     long_key = IntentKey.build("invoice", "x" * 230, "collect")
     hashed = provider_key("acme.eu-1", long_key)
     assert hashed.startswith("h|")
     assert len(hashed) <= 255
+
+
+def test_provider_keys_of_different_tenants_or_intents_never_collide() -> None:
+    """Intents may contain '|' and '@' (the old ``tenant|intent`` form collided with such a default-tenant key)."""
+    tenants = [DEFAULT_TENANT, "acme", "b", "acme.eu-1"]
+    keys = [
+        "invoice:inv_42:collect:v1",
+        "acme|invoice:inv_42:collect:v1",
+        "invoice:inv_42@acme:collect:v1",
+        "invoice:inv_42:collect@b:v1",
+        IntentKey.build("invoice", "x" * 230, "collect"),
+    ]
+    sent = {(tenant, key): provider_key(tenant, IntentKey.parse(key)) for tenant in tenants for key in keys}
+    assert len(set(sent.values())) == len(sent)
+    assert all(len(value) <= 255 for value in sent.values())
 
 
 def test_metadata_is_added_on_stamped_creates_only_and_the_callers_params_are_untouched() -> None:

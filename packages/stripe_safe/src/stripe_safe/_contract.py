@@ -147,13 +147,19 @@ def retrieve_path(path: str, result_id: str) -> str:
 
 
 def provider_key(tenant: str, intent_key: IntentKey) -> str:
-    """The Idempotency-Key: the intent itself for the default tenant, tenant-qualified otherwise (≤ 255)."""
+    """The Idempotency-Key: the intent itself for the default tenant, tenant-qualified otherwise (≤ 255).
+
+    No two (tenant, intent) pairs share a key. A qualified key ``<intent>@<tenant>`` never ends in ``:vN``,
+    so it is never some default-tenant intent's own key (``|`` and ``@`` may occur inside an intent key,
+    which is why the tenant is not a prefix); tenant ids cannot contain ``@``, so the split at the last
+    ``@`` is unambiguous. Too long, it becomes ``h|<sha256>``: no ``:vN`` and no ``@`` either.
+    """
     if tenant == DEFAULT_TENANT:
         return str(intent_key)
-    qualified = f"{tenant}|{intent_key}"  # '|' never occurs in a tenant id, so the split is unambiguous
+    qualified = f"{intent_key}@{tenant}"
     if len(qualified) <= MAX_KEY_LENGTH:
         return qualified
-    return "h|" + hashlib.sha256(qualified.encode()).hexdigest()  # 64 hex chars are never a valid intent key
+    return "h|" + hashlib.sha256(qualified.encode()).hexdigest()
 
 
 def stamp_metadata(operation: str, params: Mapping[str, Any], intent_key: str, tenant: str) -> dict[str, Any]:
