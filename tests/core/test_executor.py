@@ -605,10 +605,18 @@ def test_bad_input_is_typed_and_writes_nothing(
         (lambda e: EffectRequest(operation="charge", params=None), r"EffectRequest\.params must be a mapping"),
         (
             lambda e: EffectRequest(operation="charge", params={}, summary={"amount": 4200}),
-            r"EffectRequest\.summary must map str to str",
+            r"EffectRequest\.summary must map str to UTF-8 str",
+        ),
+        (
+            lambda e: EffectRequest(operation="charge", params={}, summary={"who": "\udcff"}),
+            r"EffectRequest\.summary must map str to UTF-8 str",
+        ),
+        (
+            lambda e: e.ledger.execute(e.adapter, CHARGE, intent_key=KEY, workflow_id="wf\ud800"),
+            "workflow_id holds a lone surrogate",
         ),
     ],
-    ids=["workflow_id", "step_id", "operation", "params_list", "params_none", "summary_int"],
+    ids=["workflow_id", "step_id", "operation", "params_list", "params_none", "summary_int", "summary", "surrogate"],
 )
 def test_wrong_types_are_typed_errors_naming_the_field_and_write_nothing(
     env: Env, call: Callable[[Env], object], message: str
@@ -619,9 +627,17 @@ def test_wrong_types_are_typed_errors_naming_the_field_and_write_nothing(
     assert env.fake.requests() == []
 
 
-def test_undigestible_params_name_the_path(env: Env) -> None:
-    bad = EffectRequest(operation="charge", params={"items": [{"price": 1}, {"price": {1, 2}}]})
-    with pytest.raises(UndigestibleRequest, match=r"items\[1\]\.price"):
+@pytest.mark.parametrize(
+    ("params", "path"),
+    [
+        ({"items": [{"price": 1}, {"price": {1, 2}}]}, r"items\[1\]\.price"),
+        ({"items": [{"name": "ok"}, {"name": "caf\udce9"}]}, r"items\[1\]\.name.*lone surrogate"),
+    ],
+    ids=["set", "surrogate"],
+)
+def test_undigestible_params_name_the_path(env: Env, params: dict[str, object], path: str) -> None:
+    bad = EffectRequest(operation="charge", params=params)
+    with pytest.raises(UndigestibleRequest, match=path):
         env.ledger.execute(env.adapter, bad, intent_key=KEY)
     assert env.ledger.store.get("default", KEY) is None
     assert env.fake.requests() == []

@@ -11,6 +11,7 @@ from safe_effects import TERMINAL, TRANSITIONS, UNSETTLED, EffectStatus, Illegal
 S = EffectStatus
 ALLOWED = {
     (S.PREPARED, S.IN_FLIGHT),
+    (S.PREPARED, S.UNKNOWN),
     (S.IN_FLIGHT, S.CONFIRMED),
     (S.IN_FLIGHT, S.REJECTED),
     (S.IN_FLIGHT, S.UNKNOWN),
@@ -20,6 +21,7 @@ ALLOWED = {
     (S.UNKNOWN, S.IN_FLIGHT),
     (S.UNKNOWN, S.PREPARED),
     (S.CONFIRMED, S.COMPENSATED),
+    (S.CONFIRMED, S.CONFIRMED),
 }
 
 
@@ -50,11 +52,12 @@ def test_terminal_and_unsettled_partition_the_statuses() -> None:
 
 
 def test_only_confirmed_leaves_the_terminal_states_and_only_by_compensation() -> None:
-    assert {(s, t) for s, t in table() if s in TERMINAL} == {(S.CONFIRMED, S.COMPENSATED)}
+    """CONFIRMED -> CONFIRMED names the compensation about to run; COMPENSATED follows once it is confirmed."""
+    assert {(s, t) for s, t in table() if s in TERMINAL} == {(S.CONFIRMED, S.COMPENSATED), (S.CONFIRMED, S.CONFIRMED)}
 
 
-def test_unknown_is_reached_only_from_a_dispatch() -> None:
-    assert {s for s, t in table() if t is S.UNKNOWN} == {S.IN_FLIGHT}
+def test_unknown_is_reached_from_a_dispatch_or_from_a_reopened_intent_past_its_key_window() -> None:
+    assert {s for s, t in table() if t is S.UNKNOWN} == {S.IN_FLIGHT, S.PREPARED}
 
 
 def test_message_without_a_key() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from safe_effects.testing import FakeFailure
+
 if TYPE_CHECKING:
     from conftest import Ops
 
@@ -12,13 +14,17 @@ KEY = "invoice:inv_5:collect:v1"
 REFUND = "invoice:inv_5:refund:v1"
 
 
-def test_compensate_runs_once_and_links_both_records(ops: Ops) -> None:
-    seen = ops.confirmed(KEY).version
-    args = (
-        "compensate", KEY, "--compensating-key", REFUND, "--operation", "refund", "--params", '{"amount": 100}',
-        "--operator", "alice", "--reason", "customer cancelled", "--adapters", ADAPTERS,
-        "--expect-version", str(seen),
+def compensate_args(expect_version: int, compensating_key: str = REFUND) -> tuple[str, ...]:
+    """The operator's compensate command for KEY, as a person would type it."""
+    return (
+        "compensate", KEY, "--compensating-key", compensating_key, "--operation", "refund",
+        "--params", '{"amount": 100}', "--operator", "alice", "--reason", "customer cancelled",
+        "--adapters", ADAPTERS, "--expect-version", str(expect_version),
     )  # fmt: skip
+
+
+def test_compensate_runs_once_and_links_both_records(ops: Ops) -> None:
+    args = compensate_args(ops.confirmed(KEY).version)
     first = ops.cli_json(*args)
     assert first["original"]["status"] == "compensated"
     assert first["original"]["compensated_by"] == REFUND
@@ -30,12 +36,7 @@ def test_compensate_runs_once_and_links_both_records(ops: Ops) -> None:
 
 def test_compensate_refuses_a_record_that_moved_on_since_the_operator_saw_it(ops: Ops) -> None:
     seen = ops.confirmed(KEY).version
-    args = (
-        "compensate", KEY, "--compensating-key", REFUND, "--operation", "refund", "--params", '{"amount": 100}',
-        "--operator", "alice", "--reason", "customer cancelled", "--adapters", ADAPTERS,
-        "--expect-version", str(seen - 1),
-    )  # fmt: skip
-    stale = ops.cli(*args)
+    stale = ops.cli(*compensate_args(seen - 1))
     assert stale.exit_code == 1
     assert f"you saw v{seen - 1}: it moved on" in stale.stderr
     assert ops.ledger.get(KEY).status == "confirmed"
@@ -56,3 +57,23 @@ def test_compensate_refuses_an_unconfirmed_original_and_bad_params(ops: Ops) -> 
     assert bad.exit_code == 1
     assert "--params must be a JSON object" in bad.stderr
     assert ops.fake.effects(f"default/{REFUND}") == []
+
+
+def test_the_same_compensation_after_a_lost_answer_runs_again_with_the_version_first_seen(ops: Ops) -> None:
+    """Naming the compensation on the original moves its version; the operator's same command still settles it."""
+    seen = ops.confirmed(KEY).version
+    args = compensate_args(seen)
+    ops.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)  # the refund happened, its answer was lost
+    lost = ops.cli(*args)
+    assert lost.exit_code != 0
+    held = ops.ledger.get(KEY)
+    assert (held.status, held.compensated_by, held.version) == ("confirmed", REFUND, seen + 1)
+    other = ops.cli(*compensate_args(seen + 1, "invoice:inv_5:refund:v2"))  # at the current version
+    assert other.exit_code == 1
+    assert f"compensation '{REFUND}' holds it (unknown)" in other.stderr
+
+    again = ops.cli_json(*args)
+
+    assert again["original"]["status"] == "compensated"
+    assert len(ops.fake.effects(f"default/{REFUND}")) == 1
+    assert ops.fake.effects("default/invoice:inv_5:refund:v2") == []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from typing import Any
 
 from ._errors import UndigestibleRequest
@@ -20,19 +21,31 @@ DIGEST_PREFIX = "sha256:"
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def utf8_text(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8: a Python str may hold lone surrogates, which no store or JSON takes."""
+    return text.isascii() or _SURROGATE.search(text) is None
+
+
 def _problem(value: Any) -> tuple[list[str], str] | None:
     """Why ``value`` is not canonical JSON, with the path to it (innermost segment first), or None.
 
     Paths are only built on the way back up from a problem: the common, valid request pays for none.
     """
-    if value is None or isinstance(value, str | bool | int):
+    if value is None or isinstance(value, bool | int):
         return None
+    if isinstance(value, str):
+        return None if utf8_text(value) else ([], "holds a lone surrogate, which is not UTF-8 text")
     if isinstance(value, float):
         return None if math.isfinite(value) else ([], f"is {value!r}: NaN and Infinity are not JSON")
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
                 return [], f"has a non-string key {key!r} ({type(key).__name__})"
+            if not utf8_text(key):
+                return [], f"has a key with a lone surrogate {key!r}, which is not UTF-8 text"
             if (found := _problem(item)) is not None:
                 found[0].append(f".{key}")
                 return found

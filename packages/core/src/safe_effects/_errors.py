@@ -95,12 +95,12 @@ class IllegalTransition(SafeEffectsError):
 
     code = "illegal_transition"
 
-    def __init__(self, source: str, target: str, intent_key: str | None = None) -> None:
+    def __init__(self, source: str, target: str, intent_key: str | None = None, *, why: str | None = None) -> None:
         self.source = source
         self.target = target
         self.intent_key = intent_key
         where = f" for intent {intent_key!r}" if intent_key else ""
-        super().__init__(f"illegal transition {source} -> {target}{where}")
+        super().__init__(f"illegal transition {source} -> {target}{where}" + (f": {why}" if why else ""))
 
 
 class StaleRecord(SafeEffectsError):

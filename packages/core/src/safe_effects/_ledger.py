@@ -12,14 +12,14 @@ from functools import lru_cache
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, stop_before_delay
 from tenacity.stop import stop_base
 
 from ._adapter import EffectRequest, LookupResult, LookupStatus, Outcome, ProviderAdapter, Verdict
 from ._clock import Clock, system_clock
 from ._contract import ProviderContract
 from ._crash import NO_CRASH, CrashPlan, CrashPoint
-from ._digest import request_digest
+from ._digest import request_digest, utf8_text
 from ._errors import (
     EffectDeferred,
     EffectInProgress,
@@ -29,6 +29,7 @@ from ._errors import (
     IntentConflict,
     IntentNotFound,
     InvalidInput,
+    InvalidIntentKey,
     LeaseLost,
     StaleRecord,
     UnknownTenant,
@@ -43,6 +44,13 @@ from ._tenants import DEFAULT_TENANT, check_tenant
 
 R = TypeVar("R")
 S = EffectStatus
+
+
+def _never_acted(compensation: EffectRecord) -> bool:
+    """A compensation another key may replace: refused by the provider, or never sent at all."""
+    return compensation.status is S.REJECTED or (
+        compensation.status is S.PREPARED and compensation.first_dispatched_at is None
+    )
 
 
 class _Retryable(Exception):
@@ -155,11 +163,12 @@ class Ledger:
             status=S.IN_FLIGHT,
             workflow_id=workflow_id,
             step_id=step_id,
+            compensates=compensates,
         )
-        if compensates is not None:
-            fresh = fresh.model_copy(update={"compensates": compensates})
         contract = adapter.contract_for(request.operation)
         record, created = self.store.insert_if_absent(fresh, actor=self.worker_id, reason="claim")
+        if fresh.compensates is not None:
+            self._hold_for_compensation(record, fresh, created=created)
         if created:
             return self._dispatch(adapter, request, record, contract)
         return self._resume(adapter, request, record, fresh.request_digest, contract)
@@ -226,7 +235,7 @@ class Ledger:
             return self.execute(adapter, request, intent_key=comp_key, tenant=tenant, compensates=original.intent_key)
         if original.status is not S.CONFIRMED:
             raise IllegalTransition(original.status.value, S.COMPENSATED.value, original.intent_key)
-        receipt = self.execute(
+        return self.execute(
             adapter,
             request,
             intent_key=comp_key,
@@ -234,9 +243,6 @@ class Ledger:
             workflow_id=original.workflow_id,
             compensates=original.intent_key,
         )
-        if receipt.record.compensates != original.intent_key:
-            raise IllegalTransition(original.status.value, S.COMPENSATED.value, comp_key)
-        return receipt
 
     def settle(
         self,
@@ -302,10 +308,21 @@ class Ledger:
         status: EffectStatus,
         workflow_id: str | None,
         step_id: str | None,
+        compensates: IntentKey | str | None = None,
     ) -> EffectRecord:
         """Validate everything about the call before the store is touched."""
         tenant = self._tenant(tenant)
         key = IntentKey.parse(intent_key)
+        if compensates is not None:
+            try:
+                compensates = IntentKey.parse(compensates)
+            except InvalidIntentKey as bad:
+                raise InvalidIntentKey(f"intent {key!r}: compensates: {bad}") from bad
+            if compensates == key:
+                raise InvalidInput(f"intent {key!r} cannot compensate itself")
+        for name, text in (("workflow_id", workflow_id), ("step_id", step_id)):
+            if isinstance(text, str) and not utf8_text(text):
+                raise InvalidInput(f"intent {key!r}: {name} holds a lone surrogate, which is not UTF-8 text")
         digest = request_digest(
             {"provider": adapter.provider, "operation": request.operation, "params": dict(request.params)}
         )
@@ -330,6 +347,7 @@ class Ledger:
                 updated_at=now,
                 first_dispatched_at=now if claimed else None,
                 dispatched_at=now if claimed else None,
+                compensates=compensates,
             )
         except ValidationError as error:  # a wrong type from the caller (workflow_id=5): named, typed
             fields = ", ".join(".".join(str(part) for part in e["loc"]) for e in error.errors())
@@ -357,6 +375,8 @@ class Ledger:
                     raise self._rejected(record, None)
                 if waited_for_holder and record.status in (S.PREPARED, S.UNKNOWN):
                     raise self._holder_outcome(record)  # a caller that waited for another never dispatches
+                if record.status is S.PREPARED and self._reopened_past_window(record, contract):
+                    record = self._unknown_again(record)
                 if record.status is S.PREPARED:
                     return self._dispatch(adapter, request, self._claim(record), contract)
                 if record.status is S.UNKNOWN:
@@ -396,6 +416,27 @@ class Ledger:
             f"{record.provider}; it is recorded unknown and will be reconciled, not resent by this caller",
             intent_key=record.intent_key,
             record=record,
+        )
+
+    def _reopened_past_window(self, record: EffectRecord, contract: ProviderContract) -> bool:
+        """A ``prepared`` intent put back by a lookup's "absent", whose key window has closed since.
+
+        The reopen was safe because the provider would still dedupe the key if the lookup was wrong (a lagging
+        search); past the window nothing would, so the intent is reconciled again instead of resent.
+        """
+        if record.first_dispatched_at is None or contract.may_reopen_when_absent(
+            record.first_dispatched_at, self.clock()
+        ):
+            return False  # never sent, or still inside the window (or a provider whose lookups are proof)
+        return any(entry.to_status is S.UNKNOWN for entry in self.store.audit_trail(record.tenant, record.intent_key))
+
+    def _unknown_again(self, record: EffectRecord) -> EffectRecord:
+        return self.store.transition(
+            record,
+            S.UNKNOWN,
+            now=self.clock(),
+            actor=self.worker_id,
+            reason="reopened by a lookup, but the provider's key window closed before it was resent",
         )
 
     def _claim(self, record: EffectRecord, *, reason: str = "claim") -> EffectRecord:
@@ -520,16 +561,18 @@ class Ledger:
         """
         policy = self.retry
         too_long = _RetryAfterTooLong(policy.max_wait)
+        first_wait = self._retry_wait(refused, 1)
         if (
             policy.max_attempts <= 1
-            or time.monotonic() - started >= policy.max_total_seconds
+            or time.monotonic() - started + first_wait > policy.max_total_seconds
             or too_long.exceeded_by(refused)
         ):
             raise refused
-        self._sleep(self._retry_wait(refused, 1))
+        self._sleep(first_wait)
         remaining = max(0.0, policy.max_total_seconds - (time.monotonic() - started))
         retrying = Retrying(
-            stop=stop_after_attempt(policy.max_attempts - 1) | stop_after_delay(remaining) | too_long,
+            # stop_before_delay counts the coming wait: no attempt starts past max_total_seconds
+            stop=stop_after_attempt(policy.max_attempts - 1) | stop_before_delay(remaining) | too_long,
             wait=lambda state: self._retry_wait(
                 state.outcome.exception() if state.outcome is not None else None, state.attempt_number + 1
             ),
@@ -602,16 +645,19 @@ class Ledger:
         current = self.get(record.intent_key, tenant=record.tenant)
         if current.status is to and current.provider_result_id == result_id:
             return current  # the taker-over reached the same answer; nothing to reconcile
-        verdict = {S.CONFIRMED: EvidenceVerdict.CONFIRMS, S.REJECTED: EvidenceVerdict.REJECTS}.get(
-            to, EvidenceVerdict.INFORMATIONAL
-        )
+        verdict = EvidenceVerdict.CONFIRMS if to is S.CONFIRMED else EvidenceVerdict.INFORMATIONAL
+        if to is S.REJECTED and current.attempt_count == record.attempt_count:
+            # a refusal settles the intent only while it answers the latest attempt: once another worker has
+            # sent it again, this attempt's refusal says nothing about whether that later one acted
+            verdict = EvidenceVerdict.REJECTS
         self.record_evidence(
             Evidence(
                 tenant=record.tenant,
                 intent_key=record.intent_key,
                 provider=record.provider,
                 source="late_response",
-                event_id=f"{self.worker_id}:{record.version}",
+                # unique per intent and attempt: evidence ids are unique per (provider, source) only
+                event_id=f"{self.worker_id}:{record.tenant}:{record.intent_key}:{record.version}",
                 kind=to.value,
                 verdict=verdict,
                 provider_result_id=result_id,
@@ -624,6 +670,75 @@ class Ledger:
             f"taken over; its result was recorded as evidence, not applied"
         ) from lost
 
+    # -- compensation -------------------------------------------------------------------------------------
+
+    def _hold_for_compensation(self, record: EffectRecord, fresh: EffectRecord, *, created: bool) -> None:
+        """Before a compensation is sent, name it on its original, so one original never gets two.
+
+        Refused (the key is recorded for something else, or another compensation holds the original): nothing
+        is sent, and a compensating record this very call created goes back to ``prepared``, never dispatched.
+        """
+        assert fresh.compensates is not None
+        if not created and record.compensates != fresh.compensates:
+            linked = f"as compensating {record.compensates!r}" if record.compensates else "as a plain intent"
+            raise IllegalTransition(
+                S.CONFIRMED.value,
+                S.COMPENSATED.value,
+                fresh.compensates,
+                why=f"{record.intent_key!r} is already recorded {linked}; a compensation needs a key of its own",
+            )
+        try:
+            self._name_compensation(record.tenant, fresh.compensates, record.intent_key)
+        except (IllegalTransition, IntentNotFound):
+            if created:
+                self.store.transition(
+                    record,
+                    S.PREPARED,
+                    now=self.clock(),
+                    actor=self.worker_id,
+                    reason="compensation refused before sending",
+                    changes={
+                        "lease_owner": None,
+                        "lease_expires_at": None,
+                        "attempt_count": 0,
+                        "first_dispatched_at": None,
+                        "dispatched_at": None,
+                    },
+                )
+            raise
+
+    def _name_compensation(self, tenant: str, original_key: IntentKey, compensation: IntentKey) -> None:
+        """Set ``compensated_by`` on the confirmed original, conditional on the version read.
+
+        The original stays ``confirmed`` until the compensation is confirmed. Of two compensations racing
+        with different keys, one holds it; another key may take over only from a compensation that was
+        rejected or never sent.
+        """
+        original = self.get(original_key, tenant=tenant)
+        while original.compensated_by != compensation:
+            if original.status is not S.CONFIRMED:
+                raise IllegalTransition(original.status.value, S.COMPENSATED.value, original.intent_key)
+            if original.compensated_by is not None:
+                holder = self.store.get(tenant, original.compensated_by)
+                if holder is not None and not _never_acted(holder):
+                    raise IllegalTransition(
+                        S.CONFIRMED.value,
+                        S.COMPENSATED.value,
+                        original.intent_key,
+                        why=f"compensation {holder.intent_key!r} holds it ({holder.status}); settle that one first",
+                    )
+            try:
+                original = self.store.transition(
+                    original,
+                    S.CONFIRMED,
+                    now=self.clock(),
+                    actor=self.worker_id,
+                    reason=f"compensation {compensation} about to be sent",
+                    changes={"compensated_by": compensation},
+                )
+            except StaleRecord:
+                original = self.get(original_key, tenant=tenant)
+
     def _after_settled(self, record: EffectRecord) -> None:
         """A confirmed compensating intent marks the intent it compensates as compensated."""
         if record.status is not S.CONFIRMED or record.compensates is None:
@@ -631,15 +746,24 @@ class Ledger:
         original = self.store.get(record.tenant, record.compensates)
         if original is None or original.status is not S.CONFIRMED:
             return
-        self.store.transition(
-            original,
-            S.COMPENSATED,
-            now=self.clock(),
-            actor=self.worker_id,
-            reason=f"compensated by {record.intent_key}",
-            changes={"compensated_by": record.intent_key},
-        )
-        self._observe("compensation", original)
+        # compensated_by is None on an original whose compensation was sent before holds were recorded
+        if original.compensated_by not in (None, record.intent_key):
+            return
+        try:
+            marked = self.store.transition(
+                original,
+                S.COMPENSATED,
+                now=self.clock(),
+                actor=self.worker_id,
+                reason=f"compensated by {record.intent_key}",
+                changes={"compensated_by": record.intent_key},
+            )
+        except StaleRecord:
+            current = self.store.get(record.tenant, record.compensates)
+            if current is not None and current.status is S.COMPENSATED and current.compensated_by == record.intent_key:
+                return  # a concurrent caller of this same compensation marked it first: the same answer
+            raise
+        self._observe("compensation", marked)
 
     # -- reconciliation -----------------------------------------------------------------------------------
 

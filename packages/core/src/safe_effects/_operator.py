@@ -198,7 +198,8 @@ class Operator:
         operator = _required(operator, "operator identity (--operator)")
         reason = _required(reason, "a reason (--reason)")
         original = self.ledger.get(original_key, tenant=tenant)
-        same_again = original.status is S.COMPENSATED and original.compensated_by == IntentKey.parse(compensating_key)
+        # the same compensation again (after a crash, or to settle it): naming it on the original moved the version
+        same_again = original.compensated_by == IntentKey.parse(compensating_key)
         if not same_again and original.version != expect_version:
             raise StaleRecord(
                 f"intent {original.intent_key!r} is at {original.status} v{original.version}, you saw "

@@ -20,15 +20,17 @@ class EffectStatus(StrEnum):
 S = EffectStatus
 
 TRANSITIONS: Mapping[EffectStatus, frozenset[EffectStatus]] = {
-    # claimed by a worker
-    S.PREPARED: frozenset({S.IN_FLIGHT}),
+    # claimed by a worker; UNKNOWN again when an intent reopened by a lookup is retried after the key window
+    # that made the reopen safe has closed
+    S.PREPARED: frozenset({S.IN_FLIGHT, S.UNKNOWN}),
     # outcome of a dispatch; PREPARED when retryable refusals ran out before anything happened
     S.IN_FLIGHT: frozenset({S.CONFIRMED, S.REJECTED, S.UNKNOWN, S.PREPARED}),
     # reconciliation: lookup or operator settles it; IN_FLIGHT for a same-key replay; PREPARED when the
     # provider proves absence and its contract allows a redispatch
     S.UNKNOWN: frozenset({S.CONFIRMED, S.REJECTED, S.IN_FLIGHT, S.PREPARED}),
-    # only through a separate, linked compensating intent
-    S.CONFIRMED: frozenset({S.COMPENSATED}),
+    # only through a separate, linked compensating intent; CONFIRMED again to name that compensation
+    # (compensated_by) before it is sent, so one original never gets two compensations
+    S.CONFIRMED: frozenset({S.COMPENSATED, S.CONFIRMED}),
     S.REJECTED: frozenset(),
     S.COMPENSATED: frozenset(),
 }

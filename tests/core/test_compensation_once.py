@@ -1,0 +1,185 @@
+"""One original, one compensation: refused ones send nothing, racing ones send once, the sender gets its receipt.
+
+Each test checks the generic fake's effects (refunds sent) and the ledger rows, on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from safe_effects import (
+    EffectRejected,
+    EffectRequest,
+    EffectStatus,
+    EffectUnknown,
+    IllegalTransition,
+    InvalidInput,
+    Ledger,
+    Receipt,
+    RetryPolicy,
+)
+from safe_effects.testing import FakeClock, FakeFailure, GenericFakeAdapter, GenericFakeProvider, generic_contract
+
+KEY = "invoice:inv_42:collect:v1"
+REFUND_1 = "invoice:inv_42:refund:v1"
+REFUND_2 = "invoice:inv_42:refund:v2"
+CHARGE = EffectRequest(operation="charge", params={"amount": 2000})
+REFUND = EffectRequest(operation="refund", params={"charge": "fx_1"})
+NO_WAIT = RetryPolicy(initial_wait=0.0, max_wait=0.05)
+
+
+@dataclass
+class HeldRefunds(GenericFakeAdapter):
+    """Holds the first refund on the wire until released: a slow provider call another worker can race."""
+
+    entered: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+
+    def dispatch(self, request: EffectRequest, provider_key: str) -> str:
+        if request.operation == "refund" and not self.entered.is_set():
+            self.entered.set()
+            assert self.release.wait(10)
+        return super().dispatch(request, provider_key)
+
+
+@dataclass
+class Env:
+    ledger: Ledger
+    fake: GenericFakeProvider
+    clock: FakeClock
+    url: str
+
+    def refunds(self) -> list[str]:
+        return [effect.key for effect in self.fake.effects() if "refund" in effect.key]
+
+    def other_worker(self) -> Ledger:
+        return Ledger.open(self.url, clock=self.clock, retry=NO_WAIT)
+
+
+@pytest.fixture
+def env(store_url: str, tmp_path: Path) -> Env:
+    clock = FakeClock()
+    fake = GenericFakeProvider(tmp_path / "fake.db", clock=clock)
+    return Env(Ledger.open(store_url, clock=clock, retry=NO_WAIT), fake, clock, store_url)
+
+
+def test_two_racing_compensations_with_different_keys_refund_once(env: Env) -> None:
+    adapter = HeldRefunds(env.fake, generic_contract())
+    env.ledger.execute(adapter, CHARGE, intent_key=KEY)
+    outcomes: dict[str, object] = {}
+
+    def first() -> None:
+        try:
+            outcomes["first"] = env.ledger.compensate(adapter, REFUND, original_key=KEY, compensating_key=REFUND_1)
+        except Exception as error:  # the assertions below say which outcome was expected
+            outcomes["first"] = error
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    assert adapter.entered.wait(10)  # refund v1 is on the wire
+    with pytest.raises(IllegalTransition, match=rf"compensation '{REFUND_1}' holds it \(in_flight\)"):
+        env.other_worker().compensate(adapter, REFUND, original_key=KEY, compensating_key=REFUND_2)
+    adapter.release.set()
+    thread.join(10)
+
+    assert isinstance(outcomes["first"], Receipt)
+    assert env.refunds() == [f"default/{REFUND_1}"]
+    original = env.ledger.get(KEY)
+    assert (original.status, original.compensated_by) == (EffectStatus.COMPENSATED, REFUND_1)
+    refused = env.ledger.get(REFUND_2)  # recorded, released, never sent
+    assert (refused.status, refused.attempt_count, refused.first_dispatched_at) == (EffectStatus.PREPARED, 0, None)
+
+
+def test_a_second_key_is_refused_while_the_first_compensation_is_unknown(env: Env) -> None:
+    adapter = GenericFakeAdapter(env.fake, generic_contract())
+    env.ledger.execute(adapter, CHARGE, intent_key=KEY)
+    env.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)  # refund v1 happened, its answer was lost
+    with pytest.raises(EffectUnknown):
+        env.ledger.compensate(adapter, REFUND, original_key=KEY, compensating_key=REFUND_1)
+    held = env.ledger.get(KEY)
+    assert (held.status, held.compensated_by) == (EffectStatus.CONFIRMED, REFUND_1)  # named, not yet compensated
+
+    with pytest.raises(IllegalTransition, match=r"holds it \(unknown\); settle that one first"):
+        env.ledger.compensate(adapter, REFUND, original_key=KEY, compensating_key=REFUND_2)
+    assert env.ledger.reconcile(adapter, intent_key=REFUND_1).status is EffectStatus.CONFIRMED
+
+    assert env.refunds() == [f"default/{REFUND_1}"]
+    assert env.ledger.get(KEY).status is EffectStatus.COMPENSATED
+
+
+def test_a_rejected_compensation_may_be_replaced_by_another_key(env: Env) -> None:
+    adapter = GenericFakeAdapter(env.fake, generic_contract())
+    env.ledger.execute(adapter, CHARGE, intent_key=KEY)
+    env.fake.fail_next(FakeFailure.DECLINED)
+    with pytest.raises(EffectRejected):
+        env.ledger.compensate(adapter, REFUND, original_key=KEY, compensating_key=REFUND_1)
+    assert env.ledger.get(KEY).status is EffectStatus.CONFIRMED
+
+    receipt = env.ledger.compensate(adapter, REFUND, original_key=KEY, compensating_key=REFUND_2)
+
+    assert receipt.record.compensates == KEY
+    assert env.refunds() == [f"default/{REFUND_2}"]
+    original = env.ledger.get(KEY)
+    assert (original.status, original.compensated_by) == (EffectStatus.COMPENSATED, REFUND_2)
+
+
+def test_a_compensating_key_recorded_as_something_else_is_refused_before_sending(env: Env) -> None:
+    adapter = GenericFakeAdapter(env.fake, generic_contract())
+    env.ledger.execute(adapter, CHARGE, intent_key=KEY)
+    env.ledger.prepare(adapter, REFUND, intent_key=REFUND_1)  # recorded as a plain intent first
+
+    with pytest.raises(IllegalTransition, match=r"already recorded as a plain intent"):
+        env.ledger.compensate(adapter, REFUND, original_key=KEY, compensating_key=REFUND_1)
+
+    assert env.refunds() == []
+    original = env.ledger.get(KEY)
+    assert (original.status, original.compensated_by) == (EffectStatus.CONFIRMED, None)
+    assert env.ledger.get(REFUND_1).status is EffectStatus.PREPARED
+
+
+@pytest.mark.parametrize(
+    ("compensates", "message"),
+    [
+        ("invoice-42", "compensates: intent key .invoice-42. needs at least 4 parts"),
+        (REFUND_1, "cannot compensate itself"),
+    ],
+    ids=["malformed", "itself"],
+)
+def test_a_bad_compensates_is_refused_before_anything_is_written_or_sent(
+    env: Env, compensates: str, message: str
+) -> None:
+    adapter = GenericFakeAdapter(env.fake, generic_contract())
+    with pytest.raises(InvalidInput, match=message):
+        env.ledger.execute(adapter, REFUND, intent_key=REFUND_1, compensates=compensates)  # type: ignore[arg-type]
+    assert env.ledger.store.list_by_status(list(EffectStatus)) == []
+    assert env.fake.requests() == []
+
+
+def test_the_worker_that_sent_the_refund_gets_its_receipt_when_another_caller_marked_first(env: Env) -> None:
+    adapter = GenericFakeAdapter(env.fake, generic_contract())
+    other = env.other_worker()
+    answered: list[Receipt] = []
+
+    def interleaving_clock():  # type: ignore[no-untyped-def]
+        """Between the sender reading the original and marking it, a second caller of the same compensation."""
+        if inspect.stack()[1].function == "_after_settled" and not answered:
+            answered.append(other.compensate(adapter, REFUND, original_key=KEY, compensating_key=REFUND_1))
+        return env.clock()
+
+    sender = Ledger.open(env.url, clock=interleaving_clock, retry=NO_WAIT)
+    sender.execute(adapter, CHARGE, intent_key=KEY)
+
+    receipt = sender.compensate(adapter, REFUND, original_key=KEY, compensating_key=REFUND_1)
+
+    assert len(answered) == 1
+    assert answered[0].from_ledger  # the second caller answered from the ledger, and marked the original
+    assert not receipt.from_ledger
+    assert receipt.record.status is EffectStatus.CONFIRMED
+    assert env.refunds() == [f"default/{REFUND_1}"]
+    original = sender.get(KEY)
+    assert (original.status, original.compensated_by) == (EffectStatus.COMPENSATED, REFUND_1)

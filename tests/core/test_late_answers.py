@@ -1,0 +1,183 @@
+"""Answers that arrive late, and decisions whose safety expires: none may resend an effect or hide one.
+
+A worker's late response after its lease was taken over, a lookup's "absent" acted on after the provider's key
+window closed, a retry policy's time bound. Each test checks the generic fake's effects and the ledger row, on
+SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from safe_effects import (
+    EffectDeferred,
+    EffectRecord,
+    EffectRequest,
+    EffectStatus,
+    EffectUnknown,
+    EvidenceVerdict,
+    LeaseLost,
+    Ledger,
+    LookupResult,
+    LookupStatus,
+    RetryPolicy,
+)
+from safe_effects.testing import (
+    FakeClock,
+    FakeDeclined,
+    FakeFailure,
+    GenericFakeAdapter,
+    GenericFakeProvider,
+    generic_contract,
+)
+
+CHARGE = EffectRequest(operation="charge", params={"amount": 2000})
+NO_WAIT = RetryPolicy(initial_wait=0.0, max_wait=0.05)
+
+
+def test_one_workers_late_responses_on_two_intents_are_both_kept(store_url: str, tmp_path: Path) -> None:
+    """Late-response evidence is named per intent: the second one is not dropped as a duplicate of the first."""
+    clock = FakeClock()
+    fake = GenericFakeProvider(tmp_path / "fake.db", dedupe=False, clock=clock)
+    contract = generic_contract(dedupe=False)
+    plain = GenericFakeAdapter(fake, contract, lookups_enabled=False)
+    slow_worker = Ledger.open(store_url, clock=clock, retry=NO_WAIT, worker_id="worker-a")
+    taker = Ledger.open(store_url, clock=clock, retry=NO_WAIT, worker_id="worker-b")
+
+    class AnswersAfterTakeover(GenericFakeAdapter):
+        """The provider acts, but the answer arrives after the lease ran out and another worker took over."""
+
+        def dispatch(self, request: EffectRequest, provider_key: str) -> str:
+            result = super().dispatch(request, provider_key)
+            clock.advance(timedelta(minutes=5))
+            with pytest.raises(EffectUnknown):
+                taker.execute(plain, request, intent_key=provider_key.split("/", 1)[1])
+            return result
+
+    keys = ("invoice:inv_1:collect:v1", "invoice:inv_2:collect:v1")
+    for key in keys:
+        with pytest.raises(LeaseLost):
+            slow_worker.execute(AnswersAfterTakeover(fake, contract, lookups_enabled=False), CHARGE, intent_key=key)
+
+    assert len(fake.effects()) == 2
+    for key in keys:
+        evidence = slow_worker.store.evidence_for("default", key)
+        assert [(e.source, e.verdict) for e in evidence] == [("late_response", EvidenceVerdict.CONFIRMS)]
+        assert slow_worker.get(key).status is EffectStatus.CONFIRMED
+
+
+def test_a_superseded_attempts_late_decline_does_not_reject_a_later_send(store_url: str, tmp_path: Path) -> None:
+    """No keys, lookups that prove absence: B resends after A's lease ran out; A's decline is about A's request."""
+    key = "order:o_1:notify:v1"
+    clock = FakeClock()
+    fake = GenericFakeProvider(tmp_path / "fake.db", dedupe=False, clock=clock)
+    contract = generic_contract(dedupe=False, lookup_proves_absence=True)
+    plain = GenericFakeAdapter(fake, contract)
+    worker_a = Ledger.open(store_url, clock=clock, retry=NO_WAIT, worker_id="a")
+    worker_b = Ledger.open(store_url, clock=clock, retry=NO_WAIT, worker_id="b")
+    fake.fail_next(FakeFailure.DECLINED, FakeFailure.LOST_AFTER_COMMIT)
+
+    class DeclinesLate(GenericFakeAdapter):
+        def dispatch(self, request: EffectRequest, provider_key: str) -> str:
+            try:
+                return super().dispatch(request, provider_key)
+            except FakeDeclined:
+                clock.advance(timedelta(minutes=5))  # A's answer is late: its lease ran out meanwhile
+                with pytest.raises(EffectUnknown):  # B: lost worker -> absent -> resend -> answer lost
+                    worker_b.execute(plain, CHARGE, intent_key=key)
+                raise
+
+    with pytest.raises(LeaseLost):
+        worker_a.execute(DeclinesLate(fake, contract), CHARGE, intent_key=key)
+
+    assert len(fake.effects()) == 1  # B's message went out
+    record = worker_a.get(key)
+    assert (record.status, record.attempt_count) == (EffectStatus.UNKNOWN, 2)
+    assert [e.verdict for e in worker_a.store.evidence_for("default", key)] == [EvidenceVerdict.INFORMATIONAL]
+
+
+class LaggingSearch(GenericFakeAdapter):
+    """A search index that has not caught up: the contract trusts its "absent", it is just late."""
+
+    def lookup(self, record: EffectRecord) -> LookupResult:
+        return LookupResult(LookupStatus.ABSENT, "search")
+
+
+@dataclass
+class Reopened:
+    """A charge that happened, lost its answer, and was reopened by a lagging "absent" 2 h later."""
+
+    ledger: Ledger
+    fake: GenericFakeProvider
+    adapter: LaggingSearch
+    clock: FakeClock
+    key: str = "invoice:inv_42:collect:v1"
+
+
+@pytest.fixture
+def reopened(store_url: str, tmp_path: Path) -> Reopened:
+    clock = FakeClock()
+    fake = GenericFakeProvider(tmp_path / "fake.db", dedupe=True, retention=timedelta(hours=24), clock=clock)
+    env = Reopened(
+        Ledger.open(store_url, clock=clock, retry=NO_WAIT),
+        fake,
+        LaggingSearch(fake, generic_contract(dedupe=True, lookup_proves_absence=True)),
+        clock,
+    )
+    fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)  # the charge happened, the answer was lost
+    with pytest.raises(EffectUnknown):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=env.key)
+    clock.advance(timedelta(hours=2))
+    assert env.ledger.reconcile(env.adapter, intent_key=env.key).status is EffectStatus.PREPARED  # a sweep
+    return env
+
+
+def test_an_intent_reopened_inside_the_key_window_is_not_resent_after_it(reopened: Reopened) -> None:
+    ledger, fake, adapter, clock, key = reopened.ledger, reopened.fake, reopened.adapter, reopened.clock, reopened.key
+    clock.advance(timedelta(hours=28))  # the caller retries the next day: the provider has forgotten the key
+    with pytest.raises(EffectUnknown, match="it was not resent"):
+        ledger.execute(adapter, CHARGE, intent_key=key)
+
+    assert len(fake.effects()) == 1
+    assert len(fake.requests()) == 1
+    record = ledger.get(key)
+    assert (record.status, record.attempt_count) == (EffectStatus.UNKNOWN, 1)
+    reasons = [entry.reason or "" for entry in ledger.store.audit_trail("default", key)]
+    assert any("key window closed" in reason for reason in reasons)
+
+
+def test_an_intent_reopened_inside_the_key_window_is_resent_inside_it(reopened: Reopened) -> None:
+    """The counterpart: inside the window the same-key resend is deduped by the provider, one effect."""
+    receipt = reopened.ledger.execute(reopened.adapter, CHARGE, intent_key=reopened.key)
+
+    assert receipt.record.status is EffectStatus.CONFIRMED
+    assert len(reopened.fake.effects()) == 1
+    assert len(reopened.fake.requests()) == 2
+
+
+def test_no_retry_starts_after_max_total_seconds(store_url: str, tmp_path: Path) -> None:
+    clock = FakeClock()
+    fake = GenericFakeProvider(tmp_path / "fake.db", clock=clock)
+    starts: list[float] = []
+
+    class Timed(GenericFakeAdapter):
+        def dispatch(self, request: EffectRequest, provider_key: str) -> str:
+            starts.append(time.monotonic())
+            return super().dispatch(request, provider_key)
+
+    policy = RetryPolicy(max_attempts=10, max_total_seconds=0.3, initial_wait=0.25, max_wait=0.25)
+    ledger = Ledger.open(store_url, clock=clock, retry=policy)
+    fake.fail_next(*[FakeFailure.REFUSED] * 10)
+
+    with pytest.raises(EffectDeferred):
+        ledger.execute(Timed(fake, generic_contract()), CHARGE, intent_key="invoice:inv_42:collect:v1")
+
+    assert len(starts) == 2  # at 0 and about 0.25 s; a third would start at about 0.5 s, past the bound
+    assert starts[-1] - starts[0] <= policy.max_total_seconds
+    assert fake.effects() == []
+    assert ledger.get("invoice:inv_42:collect:v1").status is EffectStatus.PREPARED
