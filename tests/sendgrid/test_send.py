@@ -10,13 +10,17 @@ import pytest
 
 from safe_effects import (
     EffectRecord,
+    EffectRejected,
+    EffectRequest,
     EffectStatus,
     IntentConflict,
+    IntentNotFound,
     InvalidInput,
     Ledger,
     MissingIntentKey,
 )
 from sendgrid_safe import INTENT_ARG, RECIPIENTS_ARG, TENANT_ARG, LedgerResponse, SendGridAPIClient
+from sendgrid_safe._rules import CUSTOM_ARGS_LIMIT, OPERATION
 from sendgrid_safe.testing import FakeSendGrid
 
 Record = Callable[[str], EffectRecord]
@@ -85,6 +89,43 @@ def test_a_message_carrying_our_custom_args_is_refused(
     with pytest.raises(InvalidInput):
         sg.send(body, intent_key=key)
     assert fake.requests() == []
+
+
+def _oversize(body: dict[str, Any]) -> dict[str, Any]:
+    """Custom args that fit SendGrid's 10,000 bytes alone, but not with the wrapper's three."""
+    return {**body, "custom_args": {"order": "x" * (CUSTOM_ARGS_LIMIT - 50)}}
+
+
+@pytest.mark.parametrize(
+    "custom_args",
+    [pytest.param("oversize", id="over 10,000 bytes with ours"), pytest.param(["order"], id="not an object")],
+)
+def test_custom_args_the_wrapper_cannot_stamp_are_refused_before_the_ledger_records_anything(
+    sg: SendGridAPIClient, fake: FakeSendGrid, ledger: Ledger, key: str, mail: Any, custom_args: Any
+) -> None:
+    body = _oversize(mail().get()) if custom_args == "oversize" else {**mail().get(), "custom_args": custom_args}
+    with pytest.raises(InvalidInput, match="custom_args"):
+        sg.send(body, intent_key=key)
+    assert (fake.requests(), fake.effect_count) == ([], 0)
+    with pytest.raises(IntentNotFound):
+        ledger.get(key)
+
+
+def test_an_invalid_input_raised_in_dispatch_is_rejected_not_unknown(
+    sg: SendGridAPIClient, fake: FakeSendGrid, ledger: Ledger, key: str, mail: Any
+) -> None:
+    """Through the adapter alone (no wrapper check first): stamp() refuses before the POST, so nothing was sent."""
+    request = EffectRequest(operation=OPERATION, params=_oversize(mail().get()))
+    with pytest.raises(EffectRejected) as rejected:
+        ledger.execute(sg.adapter, request, intent_key=key)
+    assert isinstance(rejected.value.provider_error, InvalidInput)
+    assert (fake.requests(), fake.effect_count) == ([], 0)
+    record = ledger.get(key)
+    assert (record.status, record.last_error_class, record.last_error_code) == (
+        EffectStatus.REJECTED,
+        "InvalidInput",
+        "invalid_input",
+    )
 
 
 def test_the_same_key_with_another_message_is_a_conflict(

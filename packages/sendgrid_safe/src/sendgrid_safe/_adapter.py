@@ -49,7 +49,8 @@ class SendGridAdapter:
 
     def dispatch(self, request: EffectRequest, provider_key: str) -> Any:
         body = request.payload if request.payload is not None else request.params
-        return _client.post_mail_send(self.sdk, _rules.stamp(body, provider_key), self.timeout)
+        stamped = _rules.stamp(body, provider_key)  # pure: its InvalidInput comes before any network I/O
+        return _client.post_mail_send(self.sdk, stamped, self.timeout)
 
     def classify(self, error: BaseException) -> Verdict:
         return _rules.classify(error)

@@ -106,6 +106,10 @@ _AFTER_SEND = (TimeoutError, ConnectionResetError, http.client.HTTPException)
 
 def classify(error: BaseException) -> Verdict:
     """Definitive only where the request provably did not take effect; everything else is unknown."""
+    if isinstance(error, InvalidInput):
+        # In dispatch only stamp() raises safe_effects' InvalidInput, and it runs before the POST (python-http-client
+        # never raises it): the message was refused locally, nothing was sent.
+        return Verdict.of(error, Outcome.FINAL, error.code)
     if isinstance(error, phc.HTTPError):
         status = getattr(error, "status_code", None)
         code = f"http_{status}"
@@ -167,6 +171,8 @@ def check_unstamped(body: Mapping[str, Any]) -> None:
         p.get("custom_args") or {} for p in body.get("personalizations") or [] if isinstance(p, dict)
     ]
     for scope in scopes:
+        if not isinstance(scope, Mapping):
+            raise InvalidInput(f"custom_args must be an object of string values, got {type(scope).__name__}")
         taken = sorted(k for k in scope if isinstance(k, str) and k.startswith(RESERVED_PREFIX))
         if taken:
             raise InvalidInput(f"custom_args {taken} are reserved for sendgrid_safe; rename them")

@@ -51,13 +51,17 @@ class SendGridAPIClient:
         if intent_key is None:
             raise MissingIntentKey("SendGridAPIClient.send needs intent_key=...: SendGrid has no idempotency")
         body = _rules.message_body(message)
-        _rules.check_unstamped(body)
+        key = IntentKey.parse(intent_key)
+        # stamp() is pure and is exactly what dispatch will do: run it now, so a message it refuses (our
+        # custom_args taken, custom_args over 10,000 bytes with ours) raises InvalidInput before the ledger
+        # records anything and before anything is sent.
+        _rules.stamp(body, self.adapter.provider_key(self.tenant, key))
         request = EffectRequest(
             operation=_rules.OPERATION,
             params=body,
             summary={"recipients": str(_rules.recipient_count(body))},
         )
-        receipt = self.ledger.execute(self.adapter, request, intent_key=intent_key, tenant=self.tenant)
+        receipt = self.ledger.execute(self.adapter, request, intent_key=key, tenant=self.tenant)
         if receipt.response is not None:
             return receipt.response
         return LedgerResponse(receipt.record.provider_result_id)
