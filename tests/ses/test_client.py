@@ -7,9 +7,18 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import pytest
+from botocore.stub import ANY, Stubber
 
 import ses_safe
-from safe_effects import EffectStatus, IntentConflict, IntentNotFound, Ledger, LookupStatus, MissingIntentKey
+from safe_effects import (
+    EffectRejected,
+    EffectStatus,
+    IntentConflict,
+    IntentNotFound,
+    Ledger,
+    LookupStatus,
+    MissingIntentKey,
+)
 from ses_safe import INTENT_TAG, TENANT_TAG, MissingConfigurationSet, ReservedTagName
 from ses_safe.testing import MotoFaultProxy, moto_sent_messages
 
@@ -182,3 +191,42 @@ def test_without_ledger_needs_a_reason_and_is_the_plain_boto3_client(
     assert "SafeEffects" not in plain.send_email(**v2_email)
     assert len(moto_sent_messages(moto)) == 2
     assert ledger.store.list_by_status(list(EffectStatus)) == []
+
+
+def test_a_stubber_on_the_wrapped_client_answers_the_guarded_sends(
+    sesv2: Any, proxy: MotoFaultProxy, moto: str, ledger: Ledger, v2_email: dict[str, Any]
+) -> None:
+    """botocore's Stubber registers on client.meta.events: the wrapper's meta is the sending client's."""
+    on_the_wire = {**v2_email, "ConfigurationSetName": "safe-effects", "EmailTags": ANY}
+    with Stubber(sesv2) as stub:
+        stub.add_response("send_email", {"MessageId": "stubbed-1"}, expected_params=on_the_wire)
+        stub.add_client_error("send_email", "MessageRejected", http_status_code=400)
+        answer = sesv2.send_email(IntentKey=KEY, **v2_email)
+        again = sesv2.send_email(IntentKey=KEY, **v2_email)  # the ledger answers: no stubbed answer consumed
+        with pytest.raises(EffectRejected):
+            sesv2.send_email(IntentKey="signup:u_2:welcome:v1", **v2_email)
+        stub.assert_no_pending_responses()
+
+    assert (answer["MessageId"], again["SafeEffects"]["FromLedger"]) == ("stubbed-1", True)
+    assert proxy.exchanges == []
+    assert moto_sent_messages(moto) == []
+    record = ledger.get(KEY)
+    assert (record.status, record.provider_result_id) == (EffectStatus.CONFIRMED, "stubbed-1")
+    rejected = ledger.get("signup:u_2:welcome:v1")
+    assert (rejected.status, rejected.last_error_code) == (EffectStatus.REJECTED, "MessageRejected")
+
+
+def test_hooks_registered_on_the_wrapped_clients_meta_events_see_the_guarded_send(
+    ses: Any, proxy: MotoFaultProxy, moto: str, ledger: Ledger, v1_email: dict[str, Any]
+) -> None:
+    seen: list[tuple[str, Any]] = []
+    ses.meta.events.register("provide-client-params.ses.SendEmail", lambda params, **_: seen.append(("params", params)))
+    ses.meta.events.register("before-send.ses.SendEmail", lambda request, **_: seen.append(("send", request.url)))
+    answer = ses.send_email(IntentKey=KEY, **v1_email)
+
+    [(_, params), send] = seen
+    assert params["Tags"][0] == {"Name": INTENT_TAG, "Value": "signup-u_5f1-welcome-v1"}
+    assert send == ("send", proxy.url + "/")
+    assert len(proxy.sends()) == 1
+    [sent] = moto_sent_messages(moto)
+    assert ledger.get(KEY).provider_result_id == answer["MessageId"] == sent["id"]

@@ -57,14 +57,25 @@ def test_control_plain_boto3_would_have_sent_five_times(
 
 
 @pytest.mark.usefixtures("retry_env")
-def test_pass_through_calls_keep_the_callers_retries(ledger: Ledger, proxy: MotoFaultProxy) -> None:
+def test_pass_through_calls_get_one_attempt_too_and_without_ledger_keeps_the_callers_retries(
+    ledger: Ledger, proxy: MotoFaultProxy
+) -> None:
+    """One boto3 client serves sends and pass-through calls (so Stubber and meta.events reach the sends)."""
     client = ses_safe.client(
-        "ses",
+        "sesv2",
         ledger=ledger,
+        session=boto3.session.Session(),
         region_name="us-east-1",
         endpoint_url=proxy.url,
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
     )
-    assert client.meta.config.retries["total_max_attempts"] == 5
-    assert client.adapter.client.meta.config.retries == {"total_max_attempts": 1, "mode": "standard"}
+    assert client.meta is client.adapter.client.meta
+    assert client.meta.config.retries == {"total_max_attempts": 1, "mode": "standard"}
+    proxy.inject(Fault.status_code(500, times=10))
+    with pytest.raises(ClientError):
+        client.list_email_identities()
+    assert len(proxy.exchanges) == 1
+    with pytest.raises(ClientError):
+        client.without_ledger(reason="reads botocore may retry").list_email_identities()
+    assert len(proxy.exchanges) == 1 + 5

@@ -67,7 +67,15 @@ def _digestible(value: Any) -> Any:
 
 
 class _SafeClient:
-    """Shared wrapper: sends go through ``ledger.execute``; any other attribute is the plain boto3 client's."""
+    """Shared wrapper: sends go through ``ledger.execute``; any other attribute is the sending client's.
+
+    One boto3 client (``adapter.client``, one attempt, explicit timeouts) serves the guarded sends *and* every
+    forwarded attribute, ``meta`` included: a ``Stubber(wrapped)`` or a hook on ``wrapped.meta.events`` sees the
+    sends exactly as on a plain boto3 client. Two clients sharing one event emitter is not an option: botocore
+    registers each client's request signer and retry handler on its own emitter (the retry handler under the
+    unique id ``retry-config-<service>``, so the second client's would be dropped and one retry policy would
+    govern both). The price: pass-through calls get one attempt too; ``without_ledger`` keeps yours.
+    """
 
     _service: str
     _tags_field: str
@@ -81,7 +89,7 @@ class _SafeClient:
         tenant: str,
         configuration_set: str | None,
     ) -> None:
-        self._raw = raw
+        self._raw = raw  # the plain client with the caller's config: without_ledger only
         self._adapter = adapter
         self._ledger = ledger
         self._tenant = check_tenant(tenant)
@@ -96,10 +104,11 @@ class _SafeClient:
             raise AttributeError(name)
         if name in _UNGUARDED_SENDS[self._service]:
             return functools.partial(_refuse, f"{self._service}.{name}")
-        return getattr(self._raw, name)
+        return getattr(self._adapter.client, name)
 
     def without_ledger(self, *, reason: str) -> Any:
-        """The plain boto3 client (your own retry settings) for sends you have declared safe to repeat."""
+        """A second, plain boto3 client with your own config and retries, for sends you have declared safe to
+        repeat (or calls you want botocore to retry). A ``Stubber`` or hook on this wrapper does not reach it."""
         if not reason.strip():
             raise ValueError("without_ledger needs a reason: say why these sends are safe to repeat")
         _log.info("ses_safe: ledger bypassed: %s", reason)
@@ -197,21 +206,22 @@ def client(
     session: boto3.session.Session | None = None,
     **client_kwargs: Any,
 ) -> SafeSESClient | SafeSESv2Client:
-    """Like ``boto3.client(service_name, ...)``; sends go through ``ledger`` with botocore retries off."""
+    """Like ``boto3.client(service_name, ...)``; one attempt and explicit timeouts for every call (see
+    ``_SafeClient``), sends through ``ledger``. ``without_ledger`` and insights lookups use your ``config``."""
     session = session or boto3.session.Session()
     forced = boundary_config(connect_timeout=connect_timeout, read_timeout=read_timeout, base=config)
     if service_name == "ses":
-        ses_raw: SESClient = session.client("ses", config=config, **client_kwargs)
-        ses_boundary: SESClient = session.client("ses", config=forced, **client_kwargs)
-        adapter = SesAdapter(ses_boundary, insights=_v2_insights(session, config, client_kwargs))
+        ses_client: SESClient = session.client("ses", config=forced, **client_kwargs)
+        ses_plain: SESClient = session.client("ses", config=config, **client_kwargs)
+        adapter = SesAdapter(ses_client, insights=_v2_insights(session, config, client_kwargs))
         return SafeSESClient(
-            raw=ses_raw, adapter=adapter, ledger=ledger, tenant=tenant, configuration_set=configuration_set
+            raw=ses_plain, adapter=adapter, ledger=ledger, tenant=tenant, configuration_set=configuration_set
         )
-    v2_raw: SESV2Client = session.client("sesv2", config=config, **client_kwargs)
-    v2_boundary: SESV2Client = session.client("sesv2", config=forced, **client_kwargs)
-    adapter = SesAdapter(v2_boundary, insights=lambda message_id: v2_raw.get_message_insights(MessageId=message_id))
+    v2_client: SESV2Client = session.client("sesv2", config=forced, **client_kwargs)
+    v2_plain: SESV2Client = session.client("sesv2", config=config, **client_kwargs)
+    adapter = SesAdapter(v2_client, insights=lambda message_id: v2_plain.get_message_insights(MessageId=message_id))
     return SafeSESv2Client(
-        raw=v2_raw, adapter=adapter, ledger=ledger, tenant=tenant, configuration_set=configuration_set
+        raw=v2_plain, adapter=adapter, ledger=ledger, tenant=tenant, configuration_set=configuration_set
     )
 
 
