@@ -240,6 +240,40 @@ def test_declined_card_is_rejected_with_the_payment_intent_id(env: Env) -> None:
     assert env.posts() == 1
 
 
+def test_the_payment_intent_inside_a_decline_is_bound_to_the_guarded_client(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(stripe, "api_base", env.fake.url)  # a codebase that also set the SDK's globals: an
+    monkeypatch.setattr(stripe, "api_key", API_KEY)  # object left on the global requestor would write unguarded
+    options = {"idempotency_key": KEY, "stripe_account": "acct_connected_1"}
+    with pytest.raises(EffectRejected) as caught:
+        env.client.v1.payment_intents.create(params={**PI, "payment_method": "pm_card_chargeDeclined"}, options=options)  # type: ignore[arg-type]
+    error = caught.value.provider_error
+    assert isinstance(error, stripe.CardError)
+    assert error.error is not None
+    declined = error.error.payment_intent
+    assert declined is not None
+
+    with pytest.raises(MissingIntentKey):  # a write on it names its intent, like any other
+        declined.cancel()
+    cancel_key = "invoice:inv_42:cancel:v1"
+    declined.cancel(idempotency_key=cancel_key)
+
+    cancels = env.fake.requests("POST", f"/v1/payment_intents/{declined.id}/cancel")
+    assert [(c.header("idempotency-key"), c.header("stripe-account")) for c in cancels] == [
+        (cancel_key, "acct_connected_1")
+    ]
+    assert env.fake.payment_intents[0]["status"] == "canceled"
+    assert env.fake.effect_count("payment_intents.cancel") == 1
+    assert env.record().status is EffectStatus.REJECTED
+    cancel = env.record(cancel_key)
+    assert (cancel.status, cancel.operation, cancel.provider_result_id) == (
+        EffectStatus.CONFIRMED,
+        "payment_intents.cancel",
+        declined.id,
+    )
+
+
 def test_rate_limit_is_retried_with_the_same_key_honouring_retry_after(env: Env) -> None:
     env.fake.inject(rate_limit_fault(retry_after=0.25))
     intent = create(env)
@@ -299,7 +333,7 @@ def test_tenants_get_distinct_provider_keys_and_stamps(env: Env) -> None:
     create(env)
     other.v1.payment_intents.create(params=PI, options={"idempotency_key": KEY})  # type: ignore[arg-type]
     keys = [p.header("idempotency-key") for p in env.fake.requests("POST")]
-    assert keys == [KEY, f"acme|{KEY}"]
+    assert keys == [KEY, f"{KEY}@acme"]
     assert [pi["metadata"][METADATA_TENANT] for pi in env.fake.payment_intents] == ["default", "acme"]
     assert env.record(tenant="acme").status is EffectStatus.CONFIRMED
 

@@ -37,7 +37,8 @@ from ._contract import (
 
 @dataclass(frozen=True, slots=True)
 class StripeCall:
-    """One SDK POST as the service built it; ``params`` are what is sent (the caller's, metadata stamped)."""
+    """One SDK write (POST or DELETE) as the service built it; ``params`` are what is sent (the caller's,
+    metadata stamped)."""
 
     method: str
     url: str
@@ -48,11 +49,27 @@ class StripeCall:
 
 
 class StripeTransport(Protocol):
-    """What the adapter needs from the SDK: one write with a given key, and plain reads."""
+    """What the adapter needs from the SDK: one write with a given key, and plain reads.
+
+    ``options`` of a read carry the account it reads (``stripe_account`` / ``stripe_context``, and for the
+    ledger's answer to a caller also that call's ``api_key`` and ``stripe_version``).
+    """
 
     def send(self, call: StripeCall, idempotency_key: str) -> StripeObject: ...
 
-    def read(self, url: str, params: Mapping[str, Any] | None = None) -> StripeObject: ...
+    def read(
+        self, url: str, params: Mapping[str, Any] | None = None, options: RequestOptions | None = None
+    ) -> StripeObject: ...
+
+
+def scope_options(scope: Mapping[str, str]) -> RequestOptions:
+    """Request options naming the account in ``scope`` (a record summary or :func:`scope_of`'s answer)."""
+    options: RequestOptions = {}
+    if scope.get("stripe_account"):
+        options["stripe_account"] = scope["stripe_account"]
+    if scope.get("stripe_context"):
+        options["stripe_context"] = scope["stripe_context"]
+    return options
 
 
 def _found(obj: Mapping[str, Any], method: str, **detail: Any) -> LookupResult:
@@ -100,9 +117,10 @@ class StripeAdapter:
             return request_digest(response.to_dict(for_json=True))
         return bytes_digest(raw.body)
 
-    def _read(self, url: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """A read as plain JSON-shaped dicts, which the contract's small functions take."""
-        return self._transport.read(url, params).to_dict(for_json=True)
+    def _read(self, record: EffectRecord, url: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """A read on the account the record's write acted on, as the plain JSON-shaped dicts the contract's
+        small functions take."""
+        return self._transport.read(url, params, scope_options(record.summary)).to_dict(for_json=True)
 
     def lookup(self, record: EffectRecord) -> LookupResult:
         """Search (stamped creates), list by parent (refunds) or retrieve (actions on an object)."""
@@ -119,7 +137,8 @@ class StripeAdapter:
         """Search lags (usually < 1 min, up to an hour): a miss proves nothing."""
         query = search_query(record.intent_key, record.tenant)
         hits = sorted(
-            self._read(f"/v1/{resource}/search", {"query": query})["data"], key=lambda o: (o.get("created", 0), o["id"])
+            self._read(record, f"/v1/{resource}/search", {"query": query})["data"],
+            key=lambda o: (o.get("created", 0), o["id"]),
         )
         if not hits:
             return LookupResult(LookupStatus.INCONCLUSIVE, "search", detail={"query": query, "hits": 0})
@@ -130,7 +149,7 @@ class StripeAdapter:
         parent = next(((k, v) for k, v in record.summary.items() if k in ("payment_intent", "charge")), None)
         if parent is None:
             return LookupResult(LookupStatus.INCONCLUSIVE, "list", detail={"reason": "no parent id recorded"})
-        listed = self._read("/v1/refunds", {parent[0]: parent[1], "limit": 100})["data"]
+        listed = self._read(record, "/v1/refunds", {parent[0]: parent[1], "limit": 100})["data"]
         hits = [r for r in listed if matches_intent(r, record.intent_key, record.tenant)]
         if not hits:
             return LookupResult(LookupStatus.INCONCLUSIVE, "list", detail={parent[0]: parent[1], "hits": 0})
@@ -138,8 +157,9 @@ class StripeAdapter:
 
     def _retrieve(self, record: EffectRecord, done: frozenset[str]) -> LookupResult:
         """An action on an existing object happened when the object shows its after-state."""
-        object_path = record.summary["path"].rsplit("/", 1)[0]
-        obj = self._read(object_path)
+        path = record.summary["path"]
+        object_path = path if record.operation.endswith(".delete") else path.rsplit("/", 1)[0]
+        obj = self._read(record, object_path)
         if obj.get("status") in done or (record.operation == "payment_intents.confirm" and declined(obj)):
             return _found(obj, "retrieve", status=obj.get("status"))
         return LookupResult(

@@ -1,9 +1,10 @@
-"""SDK plumbing: a ``stripe.StripeClient`` whose requestor routes every POST through the ledger.
+"""SDK plumbing: a ``stripe.StripeClient`` whose requestor routes every write (POST, DELETE) through the ledger.
 
 The seam is ``_APIRequestor.request``: every v1/v2 service method (``client.v1.payment_intents.create`` and
 the ~500 others) ends there with the SDK's own call shape (method, url, params, options), so one override
 covers them all. Objects the SDK returns carry the same guarded requestor, so their instance methods are
-guarded too. Reads pass straight through.
+guarded too, and so are the objects inside an error a write raised (a decline's PaymentIntent). Reads pass
+straight through.
 """
 
 from __future__ import annotations
@@ -36,8 +37,17 @@ from safe_effects import (
     check_tenant,
 )
 
-from ._adapter import StripeAdapter, StripeCall
-from ._contract import CONNECT_TIMEOUT, READ_TIMEOUT, operation_for, retrieve_path, stamp_metadata, summary_for
+from ._adapter import StripeAdapter, StripeCall, scope_options
+from ._contract import (
+    CONNECT_TIMEOUT,
+    READ_TIMEOUT,
+    WRITE_METHODS,
+    operation_for,
+    retrieve_path,
+    scope_of,
+    stamp_metadata,
+    summary_for,
+)
 
 _log = logging.getLogger("stripe_safe")
 _RECEIPT_ATTRIBUTE = "_safe_effects_receipt"  # StripeObject keeps underscore names out of its fields
@@ -61,13 +71,36 @@ def _intent_key(options: RequestOptions | None) -> IntentKey:
         raise InvalidIntentKey(f"{bad}; {KEY_HINT}") from bad
 
 
-def _refuse_post(method: str, via: str) -> None:
-    if method.lower() == "post":
-        raise NotImplementedError(f"{via} POSTs are not guarded by the ledger; use the synchronous service call")
+def _refuse_write(method: str, via: str) -> None:
+    if method.lower() in WRITE_METHODS:
+        raise NotImplementedError(
+            f"{via} {method.upper()}s are not guarded by the ledger; use the synchronous service call"
+        )
+
+
+def _read_options(options: RequestOptions | None, scope: Mapping[str, str]) -> RequestOptions:
+    """Options for reading back what a call wrote: its account, and its own api_key and stripe_version."""
+    read, given = scope_options(scope), options or {}
+    if given.get("api_key"):
+        read["api_key"] = given["api_key"]
+    if given.get("stripe_version"):
+        read["stripe_version"] = given["stripe_version"]
+    return read
+
+
+def _rebind(value: object, requestor: _APIRequestor) -> None:
+    """Bind every StripeObject in ``value`` (the SDK built them on its global requestor) to ``requestor``."""
+    if isinstance(value, stripe.StripeObject):
+        value._requestor = requestor
+        for inner in value.to_dict(recursive=False).values():  # a shallow copy: nested objects are shared
+            _rebind(inner, requestor)
+    elif isinstance(value, list):
+        for inner in value:
+            _rebind(inner, requestor)
 
 
 class _LedgerRequestor(_APIRequestor):
-    """An ``_APIRequestor`` that sends POSTs through ``Ledger.execute`` (or ``compensate``).
+    """An ``_APIRequestor`` that sends writes (POST, DELETE) through ``Ledger.execute`` (or ``compensate``).
 
     A view's requestor carries a compensation link or an intent of its own. The SDK calls it makes go through
     a plain ``transport`` requestor, so the objects they return (and their instance methods) are guarded
@@ -96,6 +129,18 @@ class _LedgerRequestor(_APIRequestor):
     def viewed(self, *, compensates: IntentKey | None = None, intent: IntentKey | None = None) -> _LedgerRequestor:
         """This requestor for a view: plus a compensation link, or an intent named up front."""
         return self._sibling(None, compensates=compensates or self.compensates, intent=intent or self.intent)
+
+    def rescoped(self, options: RequestorOptions) -> _LedgerRequestor:
+        """This requestor (and view) on other requestor options, e.g. another Stripe-Context."""
+        assert self._client is not None  # always set: the client is built with an http_client
+        return _LedgerRequestor(
+            options,
+            self._client,
+            ledger=self.ledger,
+            tenant=self.tenant,
+            compensates=self.compensates,
+            intent=self.intent,
+        )
 
     def _sibling(
         self, options: RequestOptions | None, *, compensates: IntentKey | None, intent: IntentKey | None
@@ -133,20 +178,23 @@ class _LedgerRequestor(_APIRequestor):
         base_address: BaseAddress,
         usage: list[str] | None = None,
     ) -> stripe.StripeObject:
-        if method.lower() != "post":
+        if method.lower() not in WRITE_METHODS:
             if self.transport is not self:  # a view's reads, too, return objects not bound to the view
                 return self.transport.request(method, url, params, options, base_address=base_address, usage=usage)
             return super().request(method, url, params, options, base_address=base_address, usage=usage)
         intent = self._intent_for(options)
         path = url.split("?", 1)[0]
-        operation = operation_for(path)
+        operation = operation_for(path, method)
         caller = dict(params or {})
         stamped = stamp_metadata(operation, caller, intent, self.tenant)
+        ours = {"stripe_account": self._options.stripe_account, "stripe_context": self._options.stripe_context}
+        scope = scope_of(options, ours)  # the account the call acts on: per call, else the client's
         request = EffectRequest(
             operation=operation,
-            params={"path": path, "params": caller},  # the digest covers the caller's call, not our metadata
+            # the digest covers the caller's call and its account, not our metadata (nor an api_key: a secret)
+            params={"path": path, "params": caller, **scope},
             payload=StripeCall(method, url, stamped, options or {}, base_address, usage),
-            summary=summary_for(path, caller),
+            summary=summary_for(path, caller, method, scope),
         )
         if self.compensates is None:
             receipt = self.ledger.execute(self.adapter, request, intent_key=intent, tenant=self.tenant)
@@ -159,7 +207,8 @@ class _LedgerRequestor(_APIRequestor):
         elif receipt.provider_result_id is None:
             raise SafeEffectsError(f"intent {intent!r} is confirmed without a Stripe object id to retrieve")
         else:
-            answer = self.transport.read(retrieve_path(path, receipt.provider_result_id))  # a read, never a write
+            where = retrieve_path(path, receipt.provider_result_id)
+            answer = self.transport.read(where, None, _read_options(options, scope))  # a read, never a write
         setattr(answer, _RECEIPT_ATTRIBUTE, receipt)
         return answer
 
@@ -173,7 +222,7 @@ class _LedgerRequestor(_APIRequestor):
         base_address: BaseAddress,
         usage: list[str] | None = None,
     ) -> stripe.StripeObject:
-        _refuse_post(method, "async")
+        _refuse_write(method, "async")
         return await super().request_async(method, url, params, options, base_address=base_address, usage=usage)
 
     def request_stream(
@@ -186,7 +235,7 @@ class _LedgerRequestor(_APIRequestor):
         base_address: BaseAddress,
         usage: list[str] | None = None,
     ) -> StripeStreamResponse:
-        _refuse_post(method, "streaming")
+        _refuse_write(method, "streaming")
         return super().request_stream(method, url, params, options, base_address=base_address, usage=usage)
 
     async def request_stream_async(
@@ -199,20 +248,31 @@ class _LedgerRequestor(_APIRequestor):
         base_address: BaseAddress,
         usage: list[str] | None = None,
     ) -> StripeStreamResponseAsync:
-        _refuse_post(method, "async streaming")
+        _refuse_write(method, "async streaming")
         return await super().request_stream_async(method, url, params, options, base_address=base_address, usage=usage)
 
     # -- the adapter's transport --------------------------------------------------------------------------
 
     def send(self, call: StripeCall, idempotency_key: str) -> stripe.StripeObject:
-        """One POST with the ledger's key and the SDK's retries off, whatever the caller's options said."""
-        options: RequestOptions = {**call.options, "idempotency_key": idempotency_key, "max_network_retries": 0}
-        return super().request(
-            call.method, call.url, call.params, options, base_address=call.base_address, usage=call.usage
-        )
+        """One write with the SDK's retries off, whatever the caller's options said; a POST carries the ledger's
+        key (Stripe ignores keys on a DELETE, so none is sent there). Objects inside a StripeError (a decline's
+        PaymentIntent) are rebound from the SDK's global requestor to this guarded one, on the call's account."""
+        options: RequestOptions = {**call.options, "max_network_retries": 0}
+        options.pop("idempotency_key", None)
+        if call.method.lower() == "post":
+            options["idempotency_key"] = idempotency_key
+        try:
+            return super().request(
+                call.method, call.url, call.params, options, base_address=call.base_address, usage=call.usage
+            )
+        except stripe.StripeError as error:
+            _rebind(error.error, self._new_requestor_with_options(call.options))
+            raise
 
-    def read(self, url: str, params: Mapping[str, Any] | None = None) -> stripe.StripeObject:
-        return super().request("get", url, params, None, base_address="api", usage=["stripe_safe"])
+    def read(
+        self, url: str, params: Mapping[str, Any] | None = None, options: RequestOptions | None = None
+    ) -> stripe.StripeObject:
+        return super().request("get", url, params, options, base_address="api", usage=["stripe_safe"])
 
 
 def receipt_of(obj: stripe.StripeObject) -> Receipt | None:
@@ -222,7 +282,7 @@ def receipt_of(obj: stripe.StripeObject) -> Receipt | None:
 
 
 class StripeClient(stripe.StripeClient):
-    """``stripe.StripeClient`` whose writes cannot double-charge: each POST runs once per intent key."""
+    """``stripe.StripeClient`` whose writes cannot double-charge: each POST or DELETE runs once per intent key."""
 
     _requestor: _LedgerRequestor
 
@@ -313,13 +373,22 @@ class StripeClient(stripe.StripeClient):
         )
 
     def with_stripe_context(self, stripe_context: str | stripe.StripeContext | None) -> StripeClient:
-        """Same client, other Stripe-Context, still guarded."""
-        return self._view(self._requestor._new_requestor_with_options({"stripe_context": stripe_context}))
+        """As ``stripe.StripeClient.with_stripe_context``, still guarded: the same key, version and addresses
+        with ``stripe_context`` as given (``None`` clears it) and no ``stripe_account``."""
+        options = self._requestor._options
+        scoped = RequestorOptions(
+            api_key=options.api_key,
+            stripe_context=stripe_context,
+            stripe_version=options.stripe_version,
+            base_addresses=options.base_addresses,
+            max_network_retries=options.max_network_retries,
+        )
+        return self._view(self._requestor.rescoped(scoped))
 
     def raw_request(self, method_: str, url_: str, **params: Any) -> Any:
-        _refuse_post(method_, "raw_request")
+        _refuse_write(method_, "raw_request")
         return super().raw_request(method_, url_, **params)
 
     async def raw_request_async(self, method_: str, url_: str, **params: Any) -> Any:
-        _refuse_post(method_, "raw_request_async")
+        _refuse_write(method_, "raw_request_async")
         return await super().raw_request_async(method_, url_, **params)

@@ -1,7 +1,8 @@
 """Checked facts about Stripe v1 writes, as data plus small pure functions: no SDK calls here.
 
 The operation name is derived from the SDK's own request shape (``post /v1/payment_intents/pi_1/confirm`` is
-``payment_intents.confirm``), so every POST is covered without a per-method wrapper.
+``payment_intents.confirm``, ``delete /v1/subscriptions/sub_1`` is ``subscriptions.delete``), so every write
+(POST or DELETE) is covered without a per-method wrapper.
 """
 
 from __future__ import annotations
@@ -49,7 +50,16 @@ ACTION_DONE: Mapping[str, frozenset[str]] = {
     "payment_intents.capture": frozenset({"succeeded"}),
     "payment_intents.cancel": frozenset({"canceled"}),
     "invoices.pay": frozenset({"paid"}),
+    "subscriptions.delete": frozenset({"canceled"}),
 }
+# The methods that write: Stripe documents idempotency keys for POST only ("don't send idempotency keys in GET
+# and DELETE requests because it has no effect"), but a DELETE can still move money or send something
+# (``subscriptions.cancel`` with ``invoice_now``/``prorate`` invoices and charges at once; deleting a
+# subscription item with ``proration_behavior=always_invoice`` too), so both go through the ledger.
+WRITE_METHODS = frozenset({"post", "delete"})
+# The request options that pick the account a call acts on. They are part of the request digest and of the
+# record's summary (ids, never secrets), so the ledger answer and every lookup read the same account.
+SCOPE_OPTIONS = ("stripe_account", "stripe_context")
 
 SOURCES = (
     "https://docs.stripe.com/idempotency",
@@ -110,15 +120,25 @@ BASE_CONTRACT = ProviderContract(
 )
 
 
+NO_KEYS = IdempotencyContract(supported=False)
+
+
 def contract_for(operation: str) -> ProviderContract:
-    """The Stripe contract narrowed to the lookups that can answer for ``operation``."""
+    """The Stripe contract narrowed to the lookups that can answer for ``operation``.
+
+    A DELETE (``*.delete``) has no key dedupe at Stripe: no same-key replay, so a lost answer stays unknown
+    until a retrieve shows the after-state or an operator settles it.
+    """
     resource, _, action = operation.rpartition(".")
-    usable = [KEY_REPLAY]
+    usable = [] if action == "delete" else [KEY_REPLAY]
     if action == "create" and resource in SEARCHABLE:
         usable.append(SEARCH)
     if operation == "refunds.create" or operation in ACTION_DONE:
         usable.append(RETRIEVE)
-    return BASE_CONTRACT.model_copy(update={"operation": operation, "lookups": tuple(usable)})
+    update: dict[str, Any] = {"operation": operation, "lookups": tuple(usable)}
+    if action == "delete":
+        update["idempotency"] = NO_KEYS
+    return BASE_CONTRACT.model_copy(update=update)
 
 
 def _is_id(segment: str) -> bool:
@@ -126,11 +146,14 @@ def _is_id(segment: str) -> bool:
     return any(char.isdigit() or char.isupper() for char in segment)
 
 
-def operation_for(path: str) -> str:
+def operation_for(path: str, method: str = "post") -> str:
     """``/v1/payment_intents`` → ``payment_intents.create``, ``.../pi_1`` → ``.update``, ``.../pi_1/confirm``
-    → ``payment_intents.confirm``; ids are dropped so one name covers every object."""
+    → ``payment_intents.confirm``; a DELETE of ``/v1/subscriptions/sub_1`` → ``subscriptions.delete``; ids are
+    dropped so one name covers every object."""
     segments = [s for s in path.split("?", 1)[0].split("/")[2:] if s]
     names = [s for s in segments if not _is_id(s)]
+    if method.lower() == "delete":
+        return ".".join([*names, "delete"])
     if segments and _is_id(segments[-1]):
         return ".".join([*names, "update"])
     if len(segments) == 1:
@@ -206,14 +229,21 @@ MOVES_MONEY = frozenset(
         "charges.capture",
         "refunds.create",
         "invoices.pay",
+        "subscriptions.delete",  # invoice_now / prorate: a final invoice, collected at once
+        "subscription_items.delete",  # proration_behavior=always_invoice
     }
 )
 UNKNOWN_AMOUNT = "unknown"
 
 
-def summary_for(path: str, params: Mapping[str, Any]) -> dict[str, str]:
-    """Operator-facing facts, ids and amounts only: the path, amount and currency, a refund's parent."""
-    summary = {"path": path.split("?", 1)[0]}
+def summary_for(
+    path: str, params: Mapping[str, Any], method: str = "post", scope: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Operator-facing facts, ids and amounts only: the path, amount and currency, a refund's parent, and the
+    account the call acted on (``stripe_account`` / ``stripe_context``, see :func:`scope_of`)."""
+    summary = {"path": path.split("?", 1)[0], **(scope or {})}
+    if method.lower() != "post":
+        summary["method"] = method.lower()
     for name in (*REFUND_PARENTS, *SUMMARY_FIELDS):
         value = params.get(name)
         if isinstance(value, str | int) and not isinstance(value, bool):
@@ -221,9 +251,21 @@ def summary_for(path: str, params: Mapping[str, Any]) -> dict[str, str]:
     captured = params.get("amount_to_capture")
     if "amount" not in summary and isinstance(captured, int) and not isinstance(captured, bool):
         summary["amount"] = str(captured)
-    if "amount" not in summary and operation_for(summary["path"]) in MOVES_MONEY:
+    if "amount" not in summary and operation_for(summary["path"], method) in MOVES_MONEY:
         summary["amount"] = UNKNOWN_AMOUNT
     return summary
+
+
+def scope_of(*layers: Mapping[str, Any] | None) -> dict[str, str]:
+    """The effective ``stripe_account`` / ``stripe_context``: from the first layer (per-call options, then the
+    client's) that sets each; a ``StripeContext`` as its header string. Unset ones are left out, so a
+    platform call's digest and summary are what they were before these were recorded."""
+    scope: dict[str, str] = {}
+    for name in SCOPE_OPTIONS:
+        value = next((layer.get(name) for layer in layers if layer and layer.get(name)), None)
+        if value is not None and str(value):
+            scope[name] = str(value)
+    return scope
 
 
 def matches_intent(obj: Mapping[str, Any], intent_key: str, tenant: str) -> bool:

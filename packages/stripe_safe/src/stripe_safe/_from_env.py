@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import stripe
+from stripe._request_options import RequestOptions
 
 from safe_effects import SafeEffectsError
 
@@ -25,8 +26,10 @@ class _LookupOnly:
             "stripe_safe.StripeClient"
         )
 
-    def read(self, url: str, params: Mapping[str, Any] | None = None) -> stripe.StripeObject:
-        response = self._client.raw_request("get", url, **dict(params or {}))
+    def read(
+        self, url: str, params: Mapping[str, Any] | None = None, options: RequestOptions | None = None
+    ) -> stripe.StripeObject:
+        response = self._client.raw_request("get", url, **dict(params or {}), **dict(options or {}))
         return self._client.deserialize(response, api_mode="V1")
 
 

@@ -4,7 +4,10 @@ Rules and state live here and in ``_objects``; the wire, the request log and fau
 :class:`safe_effects.testing.FakeHTTPServer`. Idempotency follows docs.stripe.com/api/idempotent_requests:
 a saved result is replayed with ``Idempotent-Replayed: true``; other params → 400 ``idempotency_error``;
 a key still executing → 409 ``idempotency_key_in_use``; validation failures and 409s are not saved; keys
-are forgotten ``key_retention`` after first use on the injectable clock.
+are forgotten ``key_retention`` after first use on the injectable clock. Keys are scoped, as on Stripe, by the
+API key and the account the request acts on (``Stripe-Account``, else ``Stripe-Context``), and so are objects.
+A DELETE ignores its Idempotency-Key ("it has no effect", docs.stripe.com/api/idempotent_requests): every
+DELETE runs.
 """
 
 from __future__ import annotations
@@ -23,10 +26,9 @@ from safe_effects.testing import FakeHTTPServer, FakeRequest, FakeResponse, Faul
 from stripe_safe._contract import operation_for
 
 from ._form import decode_form, flat_query, parse_search
-from ._objects import ApiError, Result, World
+from ._objects import KINDS, ApiError, Result, World
 
-_KINDS = ("payment_intents", "charges", "refunds", "customers", "invoices")
-_SEARCHABLE = ("payment_intents", "charges", "customers", "invoices")
+_SEARCHABLE = ("payment_intents", "charges", "customers", "invoices", "subscriptions")
 
 
 @dataclass(slots=True)
@@ -82,7 +84,7 @@ class FakeStripe:
         self.world = World(clock)
         self.server = FakeHTTPServer(self._handle)
         self._lock = threading.RLock()
-        self._keys: dict[tuple[str, str], _Saved] = {}
+        self._keys: dict[tuple[str, str, str], _Saved] = {}  # (api key, account, idempotency key)
         self._effects: Counter[str] = Counter()
         self._request_ids = 0
         self._saved_failures: list[bool] = []  # queued saved 500s: True when the endpoint acted first
@@ -148,6 +150,15 @@ class FakeStripe:
     def invoices(self) -> list[dict[str, Any]]:
         return self.objects("invoices")
 
+    @property
+    def subscriptions(self) -> list[dict[str, Any]]:
+        return self.objects("subscriptions")
+
+    def account_of(self, object_id: str) -> str:
+        """The account an object was created on: its Stripe-Account (or Stripe-Context), ``""`` for the platform."""
+        with self._lock:
+            return self.world.owner[object_id]
+
     # -- the handler --------------------------------------------------------------------------------------
 
     def _next_request_id(self) -> str:
@@ -161,19 +172,20 @@ class FakeStripe:
         api_key = auth.removeprefix("Bearer ").strip()
         if not api_key.startswith(("sk_test_", "rk_test_")):
             return _answer(Result(401, _error("invalid_request_error", "Invalid API Key provided.")), request_id)
+        account = request.header("stripe-account") or request.header("stripe-context") or ""
         if request.method == "GET":
-            return _answer(self._read(request), request_id)
-        if request.method != "POST":
+            return _answer(self._read(request, account), request_id)
+        if request.method not in ("POST", "DELETE"):
             return _answer(Result(405, _error("invalid_request_error", "Unsupported method.")), request_id)
         if api_key.startswith("rk_test_"):
             message = "The provided key does not have the required permissions for this endpoint."
             return _answer(Result(403, _error("invalid_request_error", message)), request_id)
         key = request.header("idempotency-key")
-        if key is None:
-            return _answer(self._run(request), request_id)
-        return self._idempotent(request, (api_key, key), request_id)
+        if key is None or request.method == "DELETE":  # Stripe ignores keys on a DELETE
+            return _answer(self._run(request, account), request_id)
+        return self._idempotent(request, (api_key, account, key), request_id)
 
-    def _idempotent(self, request: FakeRequest, slot: tuple[str, str], request_id: str) -> FakeResponse:
+    def _idempotent(self, request: FakeRequest, slot: tuple[str, str, str], request_id: str) -> FakeResponse:
         fingerprint = request.path + "?" + json.dumps(decode_form(request.body), sort_keys=True)
         with self._lock:
             saved = self._keys.get(slot)
@@ -187,7 +199,7 @@ class FakeStripe:
             if saved is not None and saved.fingerprint != fingerprint:
                 message = (
                     f"Keys for idempotent requests can only be used with the same parameters they were "
-                    f"first used with. Try using a key other than '{slot[1]}'."
+                    f"first used with. Try using a key other than '{slot[-1]}'."
                 )
                 return _answer(Result(400, _error("idempotency_error", message)), request_id)
             if saved is not None and saved.result is not None:
@@ -196,7 +208,7 @@ class FakeStripe:
             saved_failure = self._saved_failures.pop(0) if self._saved_failures else None
         if self.processing_seconds:
             time.sleep(self.processing_seconds)
-        result = self._run(request) if saved_failure is not False else Result(500, {})
+        result = self._run(request, slot[1]) if saved_failure is not False else Result(500, {})
         if saved_failure is not None:
             error = _error("api_error", "An unknown error occurred on our end.")
             result = Result(500, error, result.effect)
@@ -207,15 +219,17 @@ class FakeStripe:
                 del self._keys[slot]
         return _answer(result, request_id)
 
-    def _run(self, request: FakeRequest) -> Result:
-        """Execute one write under the world lock; count it when it changed provider state."""
-        operation = operation_for(request.path)
+    def _run(self, request: FakeRequest, account: str) -> Result:
+        """Execute one write under the world lock, on ``account``; count it when it changed provider state."""
+        operation = operation_for(request.path, request.method)
         handler = self._writes().get(operation)
         if handler is None:
-            return Result(404, _error("invalid_request_error", f"Unrecognized request URL (POST: {request.path})."))
-        params = decode_form(request.body)
+            message = f"Unrecognized request URL ({request.method}: {request.path})."
+            return Result(404, _error("invalid_request_error", message))
+        params = flat_query(request.query) if request.method == "DELETE" else decode_form(request.body)
         segments = request.path.strip("/").split("/")
         with self._lock:
+            self.world.account = account
             try:
                 result = handler(segments[2] if len(segments) > 2 else "", params)
             except ApiError as refused:
@@ -237,15 +251,18 @@ class FakeStripe:
             "charges.create": lambda _, p: w.create_charge(p),
             "invoices.create": lambda _, p: w.create_invoice(p),
             "invoices.pay": w.pay_invoice,
+            "subscriptions.create": lambda _, p: w.create_subscription(p),
+            "subscriptions.delete": w.cancel_subscription,
         }
 
-    def _read(self, request: FakeRequest) -> Result:
+    def _read(self, request: FakeRequest, account: str) -> Result:
         segments = request.path.strip("/").split("/")
         kind = segments[1] if len(segments) > 1 else ""
-        if len(segments) < 2 or segments[0] != "v1" or kind not in _KINDS or len(segments) > 3:
+        if len(segments) < 2 or segments[0] != "v1" or kind not in KINDS or len(segments) > 3:
             return Result(404, _error("invalid_request_error", f"Unrecognized request URL (GET: {request.path})."))
         query = flat_query(request.query)
         with self._lock:
+            self.world.account = account
             if len(segments) == 3 and segments[2] == "search" and kind in _SEARCHABLE:
                 return self._search(kind, request.path, query.get("query", ""))
             if len(segments) == 3:

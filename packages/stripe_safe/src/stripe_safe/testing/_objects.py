@@ -75,15 +75,23 @@ def _metadata(params: Mapping[str, Any], on: Mapping[str, str] | None = None) ->
     return merged
 
 
+KINDS = ("payment_intents", "charges", "refunds", "customers", "invoices", "subscriptions")
+
+
 class World:
-    """All objects by kind, plus when each was created (for the search index lag)."""
+    """All objects by kind, plus when each was created (for the search index lag) and on which account.
+
+    ``account`` is the account the current request acts on (its Stripe-Account, else Stripe-Context, else
+    ``""`` for the platform); the fake sets it under its lock. As on Stripe, an object exists only on the
+    account it was created on: retrieve, list and search on another account do not see it.
+    """
 
     def __init__(self, clock: Callable[[], datetime]) -> None:
         self.clock = clock
-        self.objects: dict[str, dict[str, dict[str, Any]]] = {
-            kind: {} for kind in ("payment_intents", "charges", "refunds", "customers", "invoices")
-        }
+        self.objects: dict[str, dict[str, dict[str, Any]]] = {kind: {} for kind in KINDS}
         self.created_at: dict[str, datetime] = {}
+        self.owner: dict[str, str] = {}
+        self.account = ""
         self._ids = itertools.count(1)
 
     def _new(self, kind: str, prefix: str, fields: dict[str, Any]) -> dict[str, Any]:
@@ -92,11 +100,15 @@ class World:
         obj = {"id": oid, "created": int(now.timestamp()), "livemode": False, **fields}
         self.objects[kind][oid] = obj
         self.created_at[oid] = now
+        self.owner[oid] = self.account
         return obj
+
+    def _visible(self, obj: Mapping[str, Any]) -> bool:
+        return self.owner.get(obj["id"], "") == self.account
 
     def get(self, kind: str, oid: str) -> dict[str, Any]:
         obj = self.objects.get(kind, {}).get(oid)
-        if obj is None:
+        if obj is None or not self._visible(obj):
             raise ApiError(
                 404, "invalid_request_error", f"No such {kind[:-1]}: '{oid}'", code="resource_missing", param="id"
             )
@@ -350,12 +362,64 @@ class World:
         invoice.update(status="paid", paid=True)
         return Result(200, invoice, effect=True)
 
+    # -- subscriptions (cancel is a DELETE) ---------------------------------------------------------------
+
+    def create_subscription(self, params: Mapping[str, Any]) -> Result:
+        """A subscription billing ``items[0][price_data][unit_amount]`` (0 when absent) per period."""
+        customer = self.get("customers", str(_required(params, "customer")))
+        items = params.get("items")
+        first = items[0] if isinstance(items, list) and items and isinstance(items[0], Mapping) else {}
+        raw_price = first.get("price_data")
+        price: Mapping[str, Any] = raw_price if isinstance(raw_price, Mapping) else {}
+        subscription = self._new(
+            "subscriptions",
+            "sub",
+            {
+                "object": "subscription",
+                "customer": customer["id"],
+                "status": "active",
+                "unit_amount": int(price.get("unit_amount", 0)),
+                "currency": price.get("currency", "eur"),
+                "canceled_at": None,
+                "metadata": _metadata(params),
+            },
+        )
+        return Result(200, subscription, effect=True)
+
+    def cancel_subscription(self, oid: str, params: Mapping[str, Any]) -> Result:
+        """``DELETE /v1/subscriptions/:id``; ``invoice_now=true`` bills a final invoice and collects it at once
+        (the fake bills one period's ``unit_amount``): a DELETE that moves money."""
+        subscription = self.get("subscriptions", oid)
+        if subscription["status"] == "canceled":
+            raise ApiError(400, "invalid_request_error", "This subscription is already canceled.")
+        subscription.update(status="canceled", canceled_at=int(self.clock().timestamp()))
+        if params.get("invoice_now") == "true":
+            self._new(
+                "invoices",
+                "in",
+                {
+                    "object": "invoice",
+                    "customer": subscription["customer"],
+                    "subscription": oid,
+                    "status": "paid",
+                    "paid": True,
+                    "amount_due": subscription["unit_amount"],
+                    "amount_paid": subscription["unit_amount"],
+                    "billing_reason": "subscription_cycle",
+                    "metadata": {},
+                    "description": "final invoice",
+                },
+            )
+        return Result(200, subscription, effect=True)
+
     # -- reads --------------------------------------------------------------------------------------------
 
     def listed(self, kind: str, filters: Mapping[str, str]) -> list[dict[str, Any]]:
         """Objects of ``kind`` matching the list filters the fake knows (parents), newest first."""
         known = {k: v for k, v in filters.items() if k in ("payment_intent", "charge", "customer")}
-        found = [o for o in self.objects[kind].values() if all(o.get(k) == v for k, v in known.items())]
+        found = [
+            o for o in self.objects[kind].values() if self._visible(o) and all(o.get(k) == v for k, v in known.items())
+        ]
         return sorted(found, key=lambda o: o["id"], reverse=True)
 
     def searched(
@@ -369,4 +433,8 @@ class World:
                 for scope, name, value in clauses
             )
 
-        return [o for o in self.objects[kind].values() if self.created_at[o["id"]] <= visible_before and hit(o)]
+        return [
+            o
+            for o in self.objects[kind].values()
+            if self._visible(o) and self.created_at[o["id"]] <= visible_before and hit(o)
+        ]

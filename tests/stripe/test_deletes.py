@@ -1,0 +1,85 @@
+"""DELETEs go through the ledger like POSTs: ``subscriptions.cancel`` with ``invoice_now`` bills and collects a
+final invoice, so a repeated or blind retried cancel is a money movement too.
+
+Stripe ignores Idempotency-Key on a DELETE, so there is no same-key replay: a lost answer is settled by a
+retrieve of the object (its status shows the cancel), never by sending the DELETE again.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+import stripe
+
+from safe_effects import EffectStatus, EffectUnknown, MissingIntentKey
+from safe_effects.testing import Fault
+from stripe_safe import contract_for, receipt_of
+
+from .conftest import Env, raw_client
+
+CANCEL = "subscription:sub_42:cancel:v1"
+
+
+def subscription(env: Env) -> stripe.Subscription:
+    raw = raw_client(env.fake.url)
+    customer = raw.v1.customers.create(params={"email": "a@example.com"})
+    price = {"currency": "eur", "unit_amount": 1500, "product": "prod_1", "recurring": {"interval": "month"}}
+    return raw.v1.subscriptions.create(params={"customer": customer.id, "items": [{"price_data": price}]})  # type: ignore[typeddict-item]
+
+
+def cancel(env: Env, sub_id: str) -> stripe.Subscription:
+    return env.client.v1.subscriptions.cancel(sub_id, params={"invoice_now": True}, options={"idempotency_key": CANCEL})
+
+
+def test_a_subscription_cancel_needs_an_intent_and_runs_once(env: Env) -> None:
+    sub = subscription(env)
+    with pytest.raises(MissingIntentKey):
+        env.client.v1.subscriptions.cancel(sub.id, params={"invoice_now": True})
+    assert env.fake.requests("DELETE") == []
+    assert env.ledger.store.list_by_status(list(EffectStatus)) == []
+
+    first = cancel(env, sub.id)
+    again = cancel(env, sub.id)
+
+    receipts = receipt_of(first), receipt_of(again)
+    assert [r.from_ledger for r in receipts if r is not None] == [False, True]
+    assert (first.status, again.status, again.id) == ("canceled", "canceled", sub.id)
+    deletes = env.fake.requests("DELETE")
+    assert [(d.path, d.header("idempotency-key")) for d in deletes] == [(f"/v1/subscriptions/{sub.id}", None)]
+    assert env.fake.effect_count("subscriptions.delete") == 1
+    assert [(i["status"], i["amount_due"]) for i in env.fake.invoices] == [("paid", 1500)]  # charged once
+    record = env.record(CANCEL)
+    assert (record.status, record.operation, record.provider_result_id) == (
+        EffectStatus.CONFIRMED,
+        "subscriptions.delete",
+        sub.id,
+    )
+    assert record.summary == {"path": f"/v1/subscriptions/{sub.id}", "method": "delete", "amount": "unknown"}
+
+
+def test_a_lost_cancel_answer_is_settled_by_a_retrieve_not_a_second_delete(env: Env) -> None:
+    sub = subscription(env)
+    env.fake.inject(Fault.drop_after_commit(method="DELETE", path_prefix="/v1/subscriptions"))
+    with pytest.raises(EffectUnknown):
+        cancel(env, sub.id)
+    assert env.record(CANCEL).status is EffectStatus.UNKNOWN
+
+    settled = cancel(env, sub.id)  # no key replay: Stripe would run this DELETE again
+
+    assert settled.status == "canceled"
+    assert len(env.fake.requests("DELETE")) == 1
+    assert len(env.fake.requests("GET", f"/v1/subscriptions/{sub.id}")) >= 1
+    assert env.fake.effect_count("subscriptions.delete") == 1
+    assert len(env.fake.invoices) == 1
+    record = env.record(CANCEL)
+    assert (record.status, record.provider_result_id) == (EffectStatus.CONFIRMED, sub.id)
+    assert record.resolution is not None
+    assert record.resolution.method == "lookup:retrieve"
+
+
+def test_a_delete_has_no_key_replay_in_its_contract() -> None:
+    contract = contract_for("subscriptions.delete")
+    assert not contract.idempotency.supported
+    assert [m.kind.value for m in contract.lookups] == ["retrieve"]
+    assert contract.replay_deadline(datetime.now(UTC)) is None
