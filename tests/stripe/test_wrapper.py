@@ -194,6 +194,24 @@ def test_after_the_window_a_lagging_search_stays_unknown_and_sends_nothing(env: 
     assert (record.status, record.provider_result_id) == (EffectStatus.UNKNOWN, None)
 
 
+def test_a_search_hit_counts_only_with_this_intents_exact_stamp(env: Env) -> None:
+    """Were Stripe's ':' to ignore case, another intent's PaymentIntent must not confirm this one."""
+    env.fake.search_folds_case = True
+    create(env, key="invoice:INV_42:collect:v1")  # another intent, confirmed: its object is in the search index
+    env.fake.inject(Fault.drop_before_commit())  # this intent's create never happened
+    with pytest.raises(EffectUnknown):
+        create(env)
+    env.clock.advance(KEY_WINDOW_PASSED)
+
+    with pytest.raises(EffectUnknown, match="no lookup could settle it"):
+        create(env)
+
+    assert len(env.fake.requests("GET", "/v1/payment_intents/search")) == 1
+    assert env.fake.effect_count("payment_intents.create") == 1
+    record = env.record()
+    assert (record.status, record.provider_result_id) == (EffectStatus.UNKNOWN, None)
+
+
 def test_a_saved_500_is_replayed_as_500_and_settled_by_search_after_the_window(env: Env) -> None:
     env.fake.fail_next_write(after_commit=True)  # Stripe saved the 500 after the endpoint acted
     for _ in range(2):  # the first call, then a same-key replay that gets the saved 500 back

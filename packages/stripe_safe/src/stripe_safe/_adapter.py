@@ -136,8 +136,10 @@ class StripeAdapter:
     def _search(self, resource: str, record: EffectRecord) -> LookupResult:
         """Search lags (usually < 1 min, up to an hour): a miss proves nothing."""
         query = search_query(record.intent_key, record.tenant)
+        found = self._read(record, f"/v1/{resource}/search", {"query": query})["data"]
+        # the query's ':' match is Stripe's to define (case, tokenising): only an exact stamp counts
         hits = sorted(
-            self._read(record, f"/v1/{resource}/search", {"query": query})["data"],
+            (o for o in found if matches_intent(o, record.intent_key, record.tenant)),
             key=lambda o: (o.get("created", 0), o["id"]),
         )
         if not hits:

@@ -75,11 +75,15 @@ class FakeStripe:
         clock: Clock = system_clock,
         key_retention: timedelta = timedelta(hours=24),
         search_lag: timedelta = timedelta(0),
+        search_folds_case: bool = False,
         processing_seconds: float = 0.0,
     ) -> None:
         self.clock = clock
         self.key_retention = key_retention
         self.search_lag = search_lag
+        # Stripe does not document whether ':' on a metadata string ignores case; True makes the fake's search do
+        # so, to check the wrapper trusts only an exact stamp
+        self.search_folds_case = search_folds_case
         self.processing_seconds = processing_seconds  # real time a write holds its key (409 window)
         self.world = World(clock)
         self.server = FakeHTTPServer(self._handle)
@@ -278,7 +282,9 @@ class FakeStripe:
             clauses = parse_search(query)
         except ValueError as bad:
             return Result(400, _error("invalid_request_error", str(bad), code="parameter_invalid_string"))
-        found = self.world.searched(kind, clauses, visible_before=self.clock() - self.search_lag)
+        found = self.world.searched(
+            kind, clauses, visible_before=self.clock() - self.search_lag, fold_case=self.search_folds_case
+        )
         return Result(
             200, {"object": "search_result", "data": found, "has_more": False, "next_page": None, "url": path}
         )

@@ -423,13 +423,23 @@ class World:
         return sorted(found, key=lambda o: o["id"], reverse=True)
 
     def searched(
-        self, kind: str, clauses: list[tuple[str | None, str, str]], visible_before: datetime
+        self,
+        kind: str,
+        clauses: list[tuple[str | None, str, str]],
+        visible_before: datetime,
+        *,
+        fold_case: bool = False,
     ) -> list[dict[str, Any]]:
         """Objects matching every clause, among those the (lagging) search index already holds."""
 
+        def same(found: Any, wanted: str) -> bool:
+            if fold_case and isinstance(found, str):
+                return found.casefold() == wanted.casefold()
+            return bool(found == wanted)
+
         def hit(obj: dict[str, Any]) -> bool:
             return all(
-                (obj.get("metadata", {}) if scope == "metadata" else obj).get(name) == value
+                same((obj.get("metadata", {}) if scope == "metadata" else obj).get(name), value)
                 for scope, name, value in clauses
             )
 
