@@ -461,11 +461,11 @@ def test_evidence_settles_an_unknown_and_rejection_wins(store_url: str, tmp_path
     with pytest.raises(EffectUnknown):
         env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
 
-    def fact(event_id: str, verdict: EvidenceVerdict) -> Evidence:
+    def fact(event_id: str, verdict: EvidenceVerdict, provider: str = "fake") -> Evidence:
         return Evidence(
             tenant="default",
             intent_key=KEY,
-            provider="fake",
+            provider=provider,
             source="events",
             event_id=event_id,
             kind="x",
@@ -476,6 +476,8 @@ def test_evidence_settles_an_unknown_and_rejection_wins(store_url: str, tmp_path
 
     assert env.ledger.record_evidence(fact("e1", EvidenceVerdict.INFORMATIONAL))
     assert env.record().status is EffectStatus.UNKNOWN
+    assert env.ledger.record_evidence(fact("e0", EvidenceVerdict.REJECTS, provider="sendgrid"))  # kept, not decisive
+    assert env.record().status is EffectStatus.UNKNOWN  # another provider's event says nothing about this intent
     assert env.ledger.record_evidence(fact("e2", EvidenceVerdict.CONFIRMS))
     assert not env.ledger.record_evidence(fact("e2", EvidenceVerdict.CONFIRMS))  # duplicate delivery
     record = env.record()

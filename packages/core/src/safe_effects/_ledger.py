@@ -795,8 +795,13 @@ class Ledger:
         )
 
     def _settle_by_evidence(self, record: EffectRecord) -> EffectRecord | None:
-        """Rejecting evidence wins over confirming evidence: a rejected message never went out."""
-        evidence = self.store.evidence_for(record.tenant, record.intent_key)
+        """Rejecting evidence wins over confirming evidence: a rejected message never went out.
+
+        Only the record's own provider speaks for it: a SendGrid event naming a Stripe intent decides nothing.
+        """
+        evidence = [
+            e for e in self.store.evidence_for(record.tenant, record.intent_key) if e.provider == record.provider
+        ]
         decisive = [e for e in evidence if e.verdict is EvidenceVerdict.REJECTS] or [
             e for e in evidence if e.verdict is EvidenceVerdict.CONFIRMS
         ]
