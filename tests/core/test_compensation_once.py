@@ -18,6 +18,7 @@ from safe_effects import (
     EffectStatus,
     EffectUnknown,
     IllegalTransition,
+    IntentNotFound,
     InvalidInput,
     Ledger,
     Receipt,
@@ -91,8 +92,8 @@ def test_two_racing_compensations_with_different_keys_refund_once(env: Env) -> N
     assert env.refunds() == [f"default/{REFUND_1}"]
     original = env.ledger.get(KEY)
     assert (original.status, original.compensated_by) == (EffectStatus.COMPENSATED, REFUND_1)
-    refused = env.ledger.get(REFUND_2)  # recorded, released, never sent
-    assert (refused.status, refused.attempt_count, refused.first_dispatched_at) == (EffectStatus.PREPARED, 0, None)
+    with pytest.raises(IntentNotFound):  # the refusal wrote nothing
+        env.ledger.get(REFUND_2)
 
 
 def test_a_second_key_is_refused_while_the_first_compensation_is_unknown(env: Env) -> None:
@@ -106,6 +107,8 @@ def test_a_second_key_is_refused_while_the_first_compensation_is_unknown(env: En
 
     with pytest.raises(IllegalTransition, match=r"holds it \(unknown\); settle that one first"):
         env.ledger.compensate(adapter, REFUND, original_key=KEY, compensating_key=REFUND_2)
+    with pytest.raises(IntentNotFound):  # the refusal wrote nothing
+        env.ledger.get(REFUND_2)
     assert env.ledger.reconcile(adapter, intent_key=REFUND_1).status is EffectStatus.CONFIRMED
 
     assert env.refunds() == [f"default/{REFUND_1}"]
@@ -183,3 +186,26 @@ def test_the_worker_that_sent_the_refund_gets_its_receipt_when_another_caller_ma
     assert env.refunds() == [f"default/{REFUND_1}"]
     original = sender.get(KEY)
     assert (original.status, original.compensated_by) == (EffectStatus.COMPENSATED, REFUND_1)
+
+
+def test_a_name_whose_compensation_was_never_recorded_blocks_only_until_a_lease_has_passed(env: Env) -> None:
+    """A worker lost between naming its compensation and recording it: others wait one lease, then take over."""
+    adapter = GenericFakeAdapter(env.fake, generic_contract())
+    confirmed = env.ledger.execute(adapter, CHARGE, intent_key=KEY).record
+    env.ledger.store.transition(  # what the lost worker managed to write
+        confirmed,
+        EffectStatus.CONFIRMED,
+        now=env.clock(),
+        actor="lost-worker",
+        reason=f"compensation {REFUND_1} about to be sent",
+        changes={"compensated_by": REFUND_1},
+    )
+    with pytest.raises(IllegalTransition, match=rf"compensation '{REFUND_1}' holds it \(being started\)"):
+        env.ledger.compensate(adapter, REFUND, original_key=KEY, compensating_key=REFUND_2)
+    env.clock.advance(env.ledger.lease.duration)
+
+    env.ledger.compensate(adapter, REFUND, original_key=KEY, compensating_key=REFUND_2)
+
+    assert env.refunds() == [f"default/{REFUND_2}"]
+    original = env.ledger.get(KEY)
+    assert (original.status, original.compensated_by) == (EffectStatus.COMPENSATED, REFUND_2)

@@ -46,10 +46,13 @@ R = TypeVar("R")
 S = EffectStatus
 
 
-def _never_acted(compensation: EffectRecord) -> bool:
-    """A compensation another key may replace: refused by the provider, or never sent at all."""
-    return compensation.status is S.REJECTED or (
-        compensation.status is S.PREPARED and compensation.first_dispatched_at is None
+def _not_this_compensation(record: EffectRecord, original_key: IntentKey) -> IllegalTransition:
+    linked = f"as compensating {record.compensates!r}" if record.compensates else "as a plain intent"
+    return IllegalTransition(
+        S.CONFIRMED.value,
+        S.COMPENSATED.value,
+        original_key,
+        why=f"{record.intent_key!r} is already recorded {linked}; a compensation needs a key of its own",
     )
 
 
@@ -166,9 +169,11 @@ class Ledger:
             compensates=compensates,
         )
         contract = adapter.contract_for(request.operation)
+        if fresh.compensates is not None:
+            self._claim_compensation(fresh)  # refused here: nothing written, nothing sent
         record, created = self.store.insert_if_absent(fresh, actor=self.worker_id, reason="claim")
         if fresh.compensates is not None:
-            self._hold_for_compensation(record, fresh, created=created)
+            self._check_still_named(record, fresh, created=created)
         if created:
             return self._dispatch(adapter, request, record, contract)
         return self._resume(adapter, request, record, fresh.request_digest, contract)
@@ -672,61 +677,28 @@ class Ledger:
 
     # -- compensation -------------------------------------------------------------------------------------
 
-    def _hold_for_compensation(self, record: EffectRecord, fresh: EffectRecord, *, created: bool) -> None:
-        """Before a compensation is sent, name it on its original, so one original never gets two.
-
-        Refused (the key is recorded for something else, or another compensation holds the original): nothing
-        is sent, and a compensating record this very call created goes back to ``prepared``, never dispatched.
-        """
+    def _claim_compensation(self, fresh: EffectRecord) -> None:
+        """Before anything is written: the compensating key is free (or already this compensation), and the
+        original names it, so one original never gets two compensations."""
         assert fresh.compensates is not None
-        if not created and record.compensates != fresh.compensates:
-            linked = f"as compensating {record.compensates!r}" if record.compensates else "as a plain intent"
-            raise IllegalTransition(
-                S.CONFIRMED.value,
-                S.COMPENSATED.value,
-                fresh.compensates,
-                why=f"{record.intent_key!r} is already recorded {linked}; a compensation needs a key of its own",
-            )
-        try:
-            self._name_compensation(record.tenant, fresh.compensates, record.intent_key)
-        except (IllegalTransition, IntentNotFound):
-            if created:
-                self.store.transition(
-                    record,
-                    S.PREPARED,
-                    now=self.clock(),
-                    actor=self.worker_id,
-                    reason="compensation refused before sending",
-                    changes={
-                        "lease_owner": None,
-                        "lease_expires_at": None,
-                        "attempt_count": 0,
-                        "first_dispatched_at": None,
-                        "dispatched_at": None,
-                    },
-                )
-            raise
+        existing = self.store.get(fresh.tenant, fresh.intent_key)
+        if existing is not None and existing.compensates != fresh.compensates:
+            raise _not_this_compensation(existing, fresh.compensates)
+        self._name_compensation(fresh.tenant, fresh.compensates, fresh.intent_key)
 
     def _name_compensation(self, tenant: str, original_key: IntentKey, compensation: IntentKey) -> None:
         """Set ``compensated_by`` on the confirmed original, conditional on the version read.
 
         The original stays ``confirmed`` until the compensation is confirmed. Of two compensations racing
         with different keys, one holds it; another key may take over only from a compensation that was
-        rejected or never sent.
+        rejected or never sent, or from a name whose record was never written (a worker lost in between).
         """
         original = self.get(original_key, tenant=tenant)
         while original.compensated_by != compensation:
             if original.status is not S.CONFIRMED:
                 raise IllegalTransition(original.status.value, S.COMPENSATED.value, original.intent_key)
             if original.compensated_by is not None:
-                holder = self.store.get(tenant, original.compensated_by)
-                if holder is not None and not _never_acted(holder):
-                    raise IllegalTransition(
-                        S.CONFIRMED.value,
-                        S.COMPENSATED.value,
-                        original.intent_key,
-                        why=f"compensation {holder.intent_key!r} holds it ({holder.status}); settle that one first",
-                    )
+                self._check_replaceable(original)
             try:
                 original = self.store.transition(
                     original,
@@ -738,6 +710,59 @@ class Ledger:
                 )
             except StaleRecord:
                 original = self.get(original_key, tenant=tenant)
+
+    def _check_replaceable(self, original: EffectRecord) -> None:
+        """Refuse to take over the compensation ``original`` names unless it can no longer act."""
+        assert original.compensated_by is not None
+        holder = self.store.get(original.tenant, original.compensated_by)
+        if holder is None:  # named, not yet written: another worker is starting it, or was lost doing so
+            if original.updated_at + self.lease.duration <= self.clock():
+                return
+            state = "being started"
+        elif holder.status is S.REJECTED or (holder.status is S.PREPARED and holder.first_dispatched_at is None):
+            return  # refused by the provider, or never sent
+        else:
+            state = holder.status.value
+        raise IllegalTransition(
+            S.CONFIRMED.value,
+            S.COMPENSATED.value,
+            original.intent_key,
+            why=f"compensation {original.compensated_by!r} holds it ({state}); settle that one first",
+        )
+
+    def _check_still_named(self, record: EffectRecord, fresh: EffectRecord, *, created: bool) -> None:
+        """After the compensating record is written: it is this compensation's and the original still names it.
+
+        Only a lost race fails here (the key written meanwhile as something else, or a stale name taken over):
+        nothing is sent, and a record this call created goes back to ``prepared``, never dispatched.
+        """
+        assert fresh.compensates is not None
+        original = self.get(fresh.compensates, tenant=fresh.tenant)
+        if record.compensates == fresh.compensates and original.compensated_by == fresh.intent_key:
+            return
+        if created:
+            self.store.transition(
+                record,
+                S.PREPARED,
+                now=self.clock(),
+                actor=self.worker_id,
+                reason="compensation refused before sending",
+                changes={
+                    "lease_owner": None,
+                    "lease_expires_at": None,
+                    "attempt_count": 0,
+                    "first_dispatched_at": None,
+                    "dispatched_at": None,
+                },
+            )
+        if record.compensates != fresh.compensates:
+            raise _not_this_compensation(record, fresh.compensates)
+        raise IllegalTransition(
+            original.status.value,
+            S.COMPENSATED.value,
+            original.intent_key,
+            why=f"compensation {original.compensated_by!r} took it over while this one was being recorded",
+        )
 
     def _after_settled(self, record: EffectRecord) -> None:
         """A confirmed compensating intent marks the intent it compensates as compensated."""
