@@ -20,6 +20,7 @@ from safe_effects import (
     EffectRequest,
     EffectStatus,
     EffectUnknown,
+    Evidence,
     EvidenceVerdict,
     LeaseLost,
     Ledger,
@@ -181,3 +182,67 @@ def test_no_retry_starts_after_max_total_seconds(store_url: str, tmp_path: Path)
     assert starts[-1] - starts[0] <= policy.max_total_seconds
     assert fake.effects() == []
     assert ledger.get("invoice:inv_42:collect:v1").status is EffectStatus.PREPARED
+
+
+@pytest.mark.parametrize(
+    "order", [("accepts", "rejects"), ("rejects", "accepts")], ids=["accept-first", "reject-first"]
+)
+def test_an_acceptance_then_a_rejection_rejects_in_either_order(
+    store_url: str, tmp_path: Path, order: tuple[str, str]
+) -> None:
+    """SES publishes Send, then Reject (a virus found after acceptance): a queue may deliver them either way."""
+    key = "order:o_1:receipt:v1"
+    clock = FakeClock()
+    fake = GenericFakeProvider(tmp_path / "fake.db", dedupe=False, clock=clock)
+    adapter = GenericFakeAdapter(fake, generic_contract(dedupe=False), lookups_enabled=False)
+    ledger = Ledger.open(store_url, clock=clock, retry=NO_WAIT)
+    fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
+    with pytest.raises(EffectUnknown):
+        ledger.execute(adapter, CHARGE, intent_key=key)
+
+    for n, verdict in enumerate(order):
+        ledger.record_evidence(event(key, f"e{n}", EvidenceVerdict(verdict), clock))
+        clock.advance(timedelta(minutes=1))
+
+    assert ledger.get(key).status is EffectStatus.REJECTED
+    assert ledger.reconcile(adapter, intent_key=key).status is EffectStatus.REJECTED
+    assert len(fake.requests()) == 1
+
+
+def test_an_acceptance_alone_confirms_once_the_rejection_window_has_passed(store_url: str, tmp_path: Path) -> None:
+    key = "order:o_1:receipt:v1"
+    clock = FakeClock()
+    fake = GenericFakeProvider(tmp_path / "fake.db", dedupe=False, clock=clock)
+    contract = generic_contract(dedupe=False)
+    adapter = GenericFakeAdapter(fake, contract, lookups_enabled=False)
+    ledger = Ledger.open(store_url, clock=clock, retry=NO_WAIT)
+    fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
+    with pytest.raises(EffectUnknown):
+        ledger.execute(adapter, CHARGE, intent_key=key)
+
+    ledger.record_evidence(event(key, "send-1", EvidenceVerdict.ACCEPTS, clock))
+    assert ledger.get(key).status is EffectStatus.UNKNOWN  # a rejection may still follow
+    clock.advance(contract.rejection_window - timedelta(seconds=1))
+    assert ledger.reconcile(adapter, intent_key=key).status is EffectStatus.UNKNOWN
+    clock.advance(timedelta(seconds=1))
+
+    record = ledger.reconcile(adapter, intent_key=key)
+
+    assert (record.status, record.provider_result_id) == (EffectStatus.CONFIRMED, "fx_1")
+    assert record.resolution is not None
+    assert record.resolution.evidence == "events:send-1"
+    assert len(fake.requests()) == 1
+
+
+def event(key: str, event_id: str, verdict: EvidenceVerdict, clock: FakeClock) -> Evidence:
+    return Evidence(
+        tenant="default",
+        intent_key=key,
+        provider="fake",
+        source="events",
+        event_id=event_id,
+        kind=verdict.value,
+        verdict=verdict,
+        provider_result_id="fx_1",
+        received_at=clock(),
+    )

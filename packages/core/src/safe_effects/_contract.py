@@ -63,6 +63,9 @@ class ProviderContract(_Frozen):
     normal_response_window: timedelta  # beyond this an unknown is worth an alert
     replay_safety_margin: timedelta = timedelta(hours=1)  # stop replaying this long before keys expire
     redispatch_when_proven_absent: bool = False
+    # how long after an acceptance event (SES Send, SendGrid processed) a rejecting one may still arrive; an
+    # acceptance alone confirms an unknown intent only once this has passed, so event order cannot decide
+    rejection_window: timedelta = timedelta(minutes=15)
     forced_sdk_settings: dict[str, str] = Field(default_factory=dict)  # retries off, explicit timeouts
     record_retention_minimum: timedelta = timedelta(days=120)  # purge floor (disputes, bounces)
     sources: tuple[str, ...] = ()

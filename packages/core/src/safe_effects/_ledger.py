@@ -221,7 +221,8 @@ class Ledger:
         record = self._expire_lease(record)
         if record.status is not S.UNKNOWN:
             return record
-        settled = self._settle_by_evidence(record) or self._settle_by_lookup(adapter, record)
+        contract = adapter.contract_for(record.operation)
+        settled = self._settle_by_evidence(record, contract) or self._settle_by_lookup(adapter, record)
         return settled or self.get(intent_key, tenant=tenant)
 
     def compensate(
@@ -800,7 +801,7 @@ class Ledger:
         contract: ProviderContract,
     ) -> Receipt:
         """A caller retried an unknown intent: evidence, then same-key replay if safe, then lookup."""
-        settled = self._settle_by_evidence(record)
+        settled = self._settle_by_evidence(record, contract)
         if settled is None and contract.can_replay(record.first_dispatched_at, self.clock()):
             claimed = self._claim(record, reason="same-key replay within the provider's retention window")
             return self._dispatch(adapter, request, claimed, contract, method="key_replay")
@@ -819,17 +820,22 @@ class Ledger:
             record=current,
         )
 
-    def _settle_by_evidence(self, record: EffectRecord) -> EffectRecord | None:
+    def _settle_by_evidence(
+        self, record: EffectRecord, contract: ProviderContract | None = None
+    ) -> EffectRecord | None:
         """Rejecting evidence wins over confirming evidence: a rejected message never went out.
 
-        Only the record's own provider speaks for it: a SendGrid event naming a Stripe intent decides nothing.
+        An acceptance (``accepts``) confirms only once ``contract.rejection_window`` has passed since it was
+        received with no rejection, so the order events arrive in cannot decide; without a contract (evidence
+        recorded by a webhook) it waits for the reconciler or the caller's retry. Only the record's own
+        provider speaks for it: a SendGrid event naming a Stripe intent decides nothing.
         """
-        evidence = [
-            e for e in self.store.evidence_for(record.tenant, record.intent_key) if e.provider == record.provider
-        ]
-        decisive = [e for e in evidence if e.verdict is EvidenceVerdict.REJECTS] or [
-            e for e in evidence if e.verdict is EvidenceVerdict.CONFIRMS
-        ]
+        mine = [e for e in self.store.evidence_for(record.tenant, record.intent_key) if e.provider == record.provider]
+        by_verdict = {verdict: [e for e in mine if e.verdict is verdict] for verdict in EvidenceVerdict}
+        decisive = by_verdict[EvidenceVerdict.REJECTS] or by_verdict[EvidenceVerdict.CONFIRMS]
+        accepted = by_verdict[EvidenceVerdict.ACCEPTS]
+        if not decisive and accepted and contract is not None and self._past_rejection_window(accepted[0], contract):
+            decisive = accepted
         if not decisive:
             return None
         fact = decisive[0]
@@ -842,6 +848,9 @@ class Ledger:
             actor=self.worker_id,
             provider_result_id=fact.provider_result_id,
         )
+
+    def _past_rejection_window(self, accepted: Evidence, contract: ProviderContract) -> bool:
+        return accepted.received_at + contract.rejection_window <= self.clock()
 
     def _settle_by_lookup(self, adapter: ProviderAdapter[Any], record: EffectRecord) -> EffectRecord | None:
         try:

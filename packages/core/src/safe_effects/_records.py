@@ -77,7 +77,8 @@ class AuditEntry(_Frozen):
 
 
 class EvidenceVerdict(StrEnum):
-    CONFIRMS = "confirms"  # the provider acted (SES Send, SendGrid processed/delivered)
+    CONFIRMS = "confirms"  # the provider acted (SES Delivery, SendGrid delivered)
+    ACCEPTS = "accepts"  # the provider took the request, a refusal may still follow (SES Send, SendGrid processed)
     REJECTS = "rejects"  # the provider refused it (SES Reject, SendGrid dropped before sending)
     INFORMATIONAL = "informational"  # says something, decides nothing (opens, clicks, a late response)
 
