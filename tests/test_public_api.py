@@ -82,6 +82,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "canonical_json",
         "check_tenant",
         "check_transition",
+        "holds_unstorable_text",
         "load_adapters",
         "open_store",
         "purge_settled",

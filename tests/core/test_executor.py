@@ -607,18 +607,32 @@ def test_bad_input_is_typed_and_writes_nothing(
         (lambda e: EffectRequest(operation="charge", params=None), r"EffectRequest\.params must be a mapping"),
         (
             lambda e: EffectRequest(operation="charge", params={}, summary={"amount": 4200}),
-            r"EffectRequest\.summary must map str to UTF-8 str",
+            r"EffectRequest\.summary must map str to storable str",
         ),
         (
             lambda e: EffectRequest(operation="charge", params={}, summary={"who": "\udcff"}),
-            r"EffectRequest\.summary must map str to UTF-8 str",
+            r"EffectRequest\.summary must map str to storable str",
         ),
         (
             lambda e: e.ledger.execute(e.adapter, CHARGE, intent_key=KEY, workflow_id="wf\ud800"),
-            "workflow_id holds a lone surrogate",
+            "workflow_id holds a lone surrogate or NUL",
+        ),
+        (
+            lambda e: e.ledger.execute(e.adapter, CHARGE, intent_key=KEY, step_id="s\x00"),
+            "step_id holds a lone surrogate or NUL",
         ),
     ],
-    ids=["workflow_id", "step_id", "operation", "params_list", "params_none", "summary_int", "summary", "surrogate"],
+    ids=[
+        "workflow_id",
+        "step_id",
+        "operation",
+        "params_list",
+        "params_none",
+        "summary_int",
+        "summary",
+        "surrogate",
+        "nul",
+    ],
 )
 def test_wrong_types_are_typed_errors_naming_the_field_and_write_nothing(
     env: Env, call: Callable[[Env], object], message: str

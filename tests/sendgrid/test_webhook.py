@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import http.client
+import io
+import json
+import socket
 import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, closing, contextmanager
 from typing import Any
@@ -16,8 +20,10 @@ from wsgiref.types import WSGIApplication
 
 import pytest
 import uvicorn
+import werkzeug.serving
 
-from safe_effects import EffectRecord, EffectStatus, Ledger
+import ses_safe
+from safe_effects import EffectRecord, EffectStatus, EffectUnknown, Ledger
 from safe_effects.testing import Fault
 from sendgrid_safe import (
     SIGNATURE_HEADER,
@@ -144,7 +150,11 @@ def _wsgi_server(app: WSGIApplication) -> Iterator[str]:
         def log_message(self, *args: Any) -> None:
             """Keep test output clean."""
 
-    server = make_server("127.0.0.1", 0, app, handler_class=Quiet)
+    yield from _serving(make_server("127.0.0.1", 0, app, handler_class=Quiet))
+
+
+def _serving(server: Any) -> Iterator[str]:
+    """Serve ``server`` (wsgiref's or werkzeug's: both socketserver-based) on a thread; yields the events URL."""
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
@@ -231,15 +241,161 @@ def test_the_endpoint_refuses_other_methods_and_bodies_over_its_limit(
     assert fake.effect_count == 1
 
 
-def test_the_asgi_endpoint_counts_a_chunked_body_against_its_limit(
-    fake: FakeSendGrid, ledger: Ledger, key: str, unknown_send: list[dict[str, Any]]
+@pytest.mark.parametrize("kind", ["asgi", "wsgi"])
+def test_a_chunked_body_counts_against_the_limit(
+    kind: str, fake: FakeSendGrid, ledger: Ledger, key: str, unknown_send: list[dict[str, Any]]
 ) -> None:
     body, headers = fake.webhook_request(unknown_send)
-    app = make_asgi_app(ledger, public_key=fake.signer.public_key, max_body=len(body) - 1)
-    with _asgi_server(app) as url:
-        parts = urlsplit(url)
-        halves = iter([body[: len(body) // 2], body[len(body) // 2 :]])  # no Content-Length: sent chunked
-        with closing(http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=10)) as connection:
-            connection.request("POST", parts.path, body=halves, headers=headers, encode_chunked=True)
-            assert connection.getresponse().status == 413
+    limit = {"public_key": fake.signer.public_key, "max_body": len(body) - 1}
+    server = (
+        _asgi_server(make_asgi_app(ledger, **limit))
+        if kind == "asgi"
+        else _werkzeug_server(make_wsgi_app(ledger, **limit))
+    )
+    with server as url:
+        assert _chunked_post(url, body, headers) == 413
+    _nothing_recorded(ledger, key)
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000  # 200 kB of nesting: far under max_body, far past the JSON parser's depth
+
+
+def _hostile_bodies(events: list[dict[str, Any]]) -> dict[str, bytes]:
+    """Bodies SendGrid never sends that used to escape as untyped errors (the JSON "\\ud800" escape is valid JSON)."""
+    processed = events[0]
+    return {
+        "deep": DEEP,
+        "surrogate event id": json.dumps([{**processed, "sg_event_id": "e\ud800"}]).encode(),
+        "surrogate kind": json.dumps([{**processed, "event": "processed\udfff"}]).encode(),
+        "surrogate email": json.dumps([processed, {**processed, "email": "a\ud800@example.com"}]).encode(),
+        "surrogate key": json.dumps([processed, {"event": "processed", "x\ud800": 1}]).encode(),
+        "nul event id": json.dumps([{**processed, "sg_event_id": "e\u0000"}]).encode(),
+    }
+
+
+HOSTILE = ["deep", "surrogate event id", "surrogate kind", "surrogate email", "surrogate key", "nul event id"]
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_a_body_too_deep_or_with_unstorable_text_is_malformed_and_nothing_is_recorded(
+    hostile: str, fake: FakeSendGrid, ledger: Ledger, key: str, unknown_send: list[dict[str, Any]]
+) -> None:
+    body = _hostile_bodies(unknown_send)[hostile]
+    with pytest.raises(MalformedWebhook):
+        ingest_events(ledger, body, {}, public_key=None)
+    _nothing_recorded(ledger, key)
+    assert fake.effect_count == 1
+
+
+def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    """POST a raw body; the status and the JSON the endpoint answered."""
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return int(response.status), json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return int(error.code), json.loads(error.read())
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_the_endpoint_answers_400_to_a_body_too_deep_or_with_unstorable_text(
+    hostile: str, endpoint: str, fake: FakeSendGrid, ledger: Ledger, key: str, unknown_send: list[dict[str, Any]]
+) -> None:
+    body = _hostile_bodies(unknown_send)[hostile]
+    headers = {"Content-Type": "application/json", **fake.signer.headers(body, str(int(time.time())))}
+    assert _post(endpoint, body, headers) == (400, {"error": "malformed_webhook"})
+    _nothing_recorded(ledger, key)
+    assert fake.effect_count == 1
+
+
+@contextmanager
+def _blackhole() -> Iterator[str]:
+    """A port that takes connections and never answers: a real SDK call through it times out after sending."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
+@pytest.fixture
+def ses_unknown(ledger: Ledger) -> str:
+    """An SES intent in the same ledger, left unknown by a request whose response never came."""
+    ses_key = f"order:o_{uuid.uuid4().hex[:12]}:receipt:v1"
+    email = {
+        "FromEmailAddress": "billing@example.com",
+        "Destination": {"ToAddresses": ["customer@example.com"]},
+        "Content": {"Simple": {"Subject": {"Data": "Receipt"}, "Body": {"Text": {"Data": "Thanks."}}}},
+    }
+    with _blackhole() as url:
+        sesv2 = ses_safe.client(
+            "sesv2",
+            ledger=ledger,
+            region_name="us-east-1",
+            endpoint_url=url,
+            configuration_set="safe-effects",
+            read_timeout=0.3,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+        with pytest.raises(EffectUnknown):
+            sesv2.send_email(IntentKey=ses_key, **email)
+    assert ledger.get(ses_key).provider == "ses"
+    return ses_key
+
+
+def test_an_event_naming_another_providers_intent_is_unmatched_and_not_stored(
+    endpoint: str,
+    fake: FakeSendGrid,
+    ledger: Ledger,
+    record: Record,
+    key: str,
+    unknown_send: list[dict[str, Any]],
+    ses_unknown: str,
+) -> None:
+    forged = {**unknown_send[0], "safe_effects_intent": ses_unknown, "sg_event_id": "names-the-ses-intent"}
+    body, headers = fake.webhook_request([*unknown_send, forged])
+    status, counts = _post(endpoint, body, headers)
+    assert (status, counts["events"], counts["recorded"], counts["unmatched"]) == (200, 3, 2, 1)
+    assert ledger.store.evidence_for("default", ses_unknown) == []
+    assert record(ses_unknown).status is S.UNKNOWN  # a SendGrid event proves nothing about an SES send
+    assert record(key).status is S.CONFIRMED
+    assert fake.effect_count == 1
+
+
+def _chunked_post(url: str, body: bytes, headers: dict[str, str]) -> int:
+    """POST ``body`` in two chunks without a Content-Length; returns the status."""
+    parts = urlsplit(url)
+    halves = iter([body[: len(body) // 2], body[len(body) // 2 :]])
+    with closing(http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=10)) as connection:
+        connection.request("POST", parts.path, body=halves, headers=headers, encode_chunked=True)
+        return connection.getresponse().status
+
+
+@contextmanager
+def _werkzeug_server(app: WSGIApplication) -> Iterator[str]:
+    """Werkzeug's server decodes a chunked body and marks it ``wsgi.input_terminated`` (wsgiref cannot)."""
+    yield from _serving(werkzeug.serving.make_server("127.0.0.1", 0, app))
+
+
+def test_the_wsgi_endpoint_reads_a_chunked_body_its_server_terminated(
+    fake: FakeSendGrid, ledger: Ledger, record: Record, key: str, unknown_send: list[dict[str, Any]]
+) -> None:
+    body, headers = fake.webhook_request(unknown_send)
+    with _werkzeug_server(make_wsgi_app(ledger, public_key=fake.signer.public_key)) as url:
+        assert _chunked_post(url, body, headers) == 200
+    assert len(ledger.store.evidence_for("default", key)) == 2
+    assert record(key).status is S.CONFIRMED
+    assert fake.effect_count == 1
+
+
+def test_a_wsgi_body_without_length_or_terminated_input_is_not_read(
+    fake: FakeSendGrid, ledger: Ledger, key: str, unknown_send: list[dict[str, Any]]
+) -> None:
+    """PEP 3333: without ``wsgi.input_terminated`` reading past a missing Content-Length may block forever."""
+    body, _ = fake.webhook_request(unknown_send)
+    environ = {"REQUEST_METHOD": "POST", "wsgi.input": io.BytesIO(body)}
+    statuses: list[str] = []
+    answer = make_wsgi_app(ledger, public_key=None)(environ, lambda s, h: statuses.append(s))  # the empty body
+    assert (statuses, json.loads(b"".join(answer))) == (["400 Bad Request"], {"error": "malformed_webhook"})
+    assert environ["wsgi.input"].tell() == 0
     _nothing_recorded(ledger, key)

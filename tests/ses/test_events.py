@@ -10,7 +10,7 @@ import pytest
 import ses_safe
 from safe_effects import EffectStatus, EffectUnknown, EvidenceVerdict, IntentKey, Ledger
 from safe_effects.testing import Fault
-from ses_safe import IngestOutcome, ingest_event, intent_tag, tenant_tag
+from ses_safe import INTENT_TAG, IngestOutcome, ingest_event, intent_tag, tenant_tag
 from ses_safe.testing import MotoFaultProxy, intent_tags, moto_sent_messages, ses_event, sns_envelope
 
 KEY = "order:o_1:receipt:v1"
@@ -134,3 +134,81 @@ def test_two_tenants_sharing_an_intent_key_are_settled_apart(
     assert env.ledger.get(KEY).status is EffectStatus.UNKNOWN  # the default tenant's send is still open
     assert default_id != acme_id
     assert len(moto_sent_messages(moto)) == 2
+
+
+DEEP = "[" * 100_000 + "]" * 100_000  # 200 kB of nesting: under SNS/SQS's 256 KiB, past the JSON parser's depth
+
+
+def _with_envelope_id(envelope: str, message_id: str) -> str:
+    return json.dumps({**json.loads(envelope), "MessageId": message_id})
+
+
+def _hostile_bodies(message_id: str, tags: dict[str, str]) -> dict[str, str]:
+    """Payloads SNS never carries that used to escape ``ingest_event`` as untyped errors.
+
+    The JSON escape "\\ud800" is valid JSON for a lone surrogate no store can encode; PostgreSQL refuses NUL.
+    """
+    send = ses_event("Send", message_id=message_id, tags=tags)
+
+    def intent_tagged(value: str) -> str:
+        return sns_envelope(ses_event("Send", message_id=message_id, tags={**tags, INTENT_TAG: value}))
+
+    return {
+        "deep message": json.dumps({"Type": "Notification", "MessageId": "n-deep", "Message": DEEP}),
+        "deep body": DEEP,
+        "surrogate intent tag": intent_tagged("o\ud800"),
+        "surrogate envelope id": _with_envelope_id(sns_envelope(send), "n-\ud800"),
+        "surrogate event type": sns_envelope({**send, "eventType": "Send\udfff"}),
+        "surrogate message id": sns_envelope(ses_event("Send", message_id="m-\ud800", tags=tags)),
+        "nul intent tag": intent_tagged("o\u0000"),
+        "nul envelope id": _with_envelope_id(sns_envelope(send), "n-\u0000"),
+    }
+
+
+HOSTILE = [
+    "deep message",
+    "deep body",
+    "surrogate intent tag",
+    "surrogate envelope id",
+    "surrogate event type",
+    "surrogate message id",
+    "nul intent tag",
+    "nul envelope id",
+]
+
+
+def _nothing_recorded(ledger: Ledger) -> None:
+    assert ledger.store.evidence_for("default", KEY) == []
+    assert ledger.get(KEY).status is EffectStatus.UNKNOWN
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_a_hostile_payload_is_malformed_never_raised(
+    hostile: str, ledger: Ledger, unknown_send: tuple[str, dict[str, str]]
+) -> None:
+    body = _hostile_bodies(*unknown_send)[hostile]
+    result = ingest_event(ledger, body)
+    assert (result.outcome, result.evidence) == (IngestOutcome.MALFORMED, None)
+    _nothing_recorded(ledger)
+
+
+def test_a_mapping_that_is_not_json_shaped_is_malformed_never_raised(
+    ledger: Ledger, unknown_send: tuple[str, dict[str, str]]
+) -> None:
+    message_id, tags = unknown_send
+    event: dict[Any, Any] = {**ses_event("Send", message_id=message_id, tags=tags), 1: "a key json.dumps cannot sort"}
+    assert ingest_event(ledger, event).outcome is IngestOutcome.MALFORMED
+    _nothing_recorded(ledger)
+
+
+def test_the_poller_counts_and_deletes_hostile_messages(
+    ledger: Ledger, queue: tuple[Any, str], unknown_send: tuple[str, dict[str, str]]
+) -> None:
+    sqs, queue_url = queue
+    for body in _hostile_bodies(*unknown_send).values():
+        sqs.send_message(QueueUrl=queue_url, MessageBody=body)
+    poller = ses_safe.SQSEventPoller(ledger, sqs, queue_url, visibility_timeout=0)  # a kept message comes back
+    poller.drain()
+    assert poller.counts == {"malformed": len(HOSTILE)}
+    assert "Messages" not in sqs.receive_message(QueueUrl=queue_url)  # deleted, not redelivered forever
+    _nothing_recorded(ledger)

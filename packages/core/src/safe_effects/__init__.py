@@ -50,6 +50,7 @@ from ._states import TERMINAL, TRANSITIONS, UNSETTLED, EffectStatus, check_trans
 from ._store import Store
 from ._store_url import open_store
 from ._tenants import DEFAULT_TENANT, check_tenant
+from ._text import holds_unstorable_text
 from ._thresholds import ApprovalThresholds
 
 __all__ = [
@@ -74,6 +75,7 @@ __all__ = [
     "canonical_json",
     "DEFAULT_TENANT",
     "check_tenant",
+    "holds_unstorable_text",
     # records and states
     "EffectStatus",
     "TRANSITIONS",

@@ -8,10 +8,10 @@ from enum import StrEnum
 from typing import Any, Protocol, TypeVar
 
 from ._contract import ProviderContract
-from ._digest import utf8_text
 from ._errors import InvalidInput
 from ._keys import IntentKey
 from ._records import EffectRecord
+from ._text import storable_text
 
 ResponseT = TypeVar("ResponseT")
 
@@ -73,9 +73,9 @@ class EffectRequest:
         if not isinstance(params, Mapping):
             raise InvalidInput(f"EffectRequest.params must be a mapping, got {type(params).__name__}")
         if not isinstance(summary, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, str) and utf8_text(k) and utf8_text(v) for k, v in summary.items()
+            isinstance(k, str) and isinstance(v, str) and storable_text(k + v) for k, v in summary.items()
         ):
-            raise InvalidInput(f"EffectRequest.summary must map str to UTF-8 str, got {summary!r}")
+            raise InvalidInput(f"EffectRequest.summary must map str to storable str (UTF-8, no NUL), got {summary!r}")
 
 
 class ProviderAdapter(Protocol[ResponseT]):

@@ -11,22 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from typing import Any
 
 from ._errors import UndigestibleRequest
+from ._text import utf8_text
 
 DIGEST_PREFIX = "sha256:"
 # one encoder for good: json.dumps with options builds a new JSONEncoder on every call
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def utf8_text(text: str) -> bool:
-    """Whether ``text`` encodes as UTF-8: a Python str may hold lone surrogates, which no store or JSON takes."""
-    return text.isascii() or _SURROGATE.search(text) is None
 
 
 def _problem(value: Any) -> tuple[list[str], str] | None:

@@ -19,7 +19,7 @@ from ._adapter import EffectRequest, LookupResult, LookupStatus, Outcome, Provid
 from ._clock import Clock, system_clock
 from ._contract import ProviderContract
 from ._crash import NO_CRASH, CrashPlan, CrashPoint
-from ._digest import request_digest, utf8_text
+from ._digest import request_digest
 from ._errors import (
     EffectDeferred,
     EffectInProgress,
@@ -41,6 +41,7 @@ from ._records import EffectRecord, Evidence, EvidenceVerdict, Receipt, Resoluti
 from ._states import EffectStatus
 from ._store import Store
 from ._tenants import DEFAULT_TENANT, check_tenant
+from ._text import storable_text
 
 R = TypeVar("R")
 S = EffectStatus
@@ -327,8 +328,8 @@ class Ledger:
             if compensates == key:
                 raise InvalidInput(f"intent {key!r} cannot compensate itself")
         for name, text in (("workflow_id", workflow_id), ("step_id", step_id)):
-            if isinstance(text, str) and not utf8_text(text):
-                raise InvalidInput(f"intent {key!r}: {name} holds a lone surrogate, which is not UTF-8 text")
+            if isinstance(text, str) and not storable_text(text):
+                raise InvalidInput(f"intent {key!r}: {name} holds a lone surrogate or NUL, which no store holds")
         digest = request_digest(
             {"provider": adapter.provider, "operation": request.operation, "params": dict(request.params)}
         )

@@ -49,6 +49,20 @@ def declared_length(value: str | None, max_body: int) -> int | Answer:
     return TOO_LARGE if length > max_body else length
 
 
+def read_to_eof(stream: Any, max_body: int, chunk_size: int = 64 * 1024) -> bytes | Answer:
+    """A body that declares no length (chunked) read to its end, TOO_LARGE as soon as it passes ``max_body``."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = stream.read(min(chunk_size, max_body + 1 - size))  # never more than one byte past the cap
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > max_body:
+            return TOO_LARGE
+        chunks.append(chunk)
+
+
 def answer_events(ledger: Ledger, body: bytes, headers: Mapping[str, str], key: PublicKey | None) -> Answer:
     """Ingest one POST body: 200 with the counts, 403 for a bad signature, 400 for anything not an event array."""
     try:

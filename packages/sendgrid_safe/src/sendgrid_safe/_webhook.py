@@ -16,6 +16,7 @@ from safe_effects import (
     InvalidInput,
     Ledger,
     check_tenant,
+    holds_unstorable_text,
     request_digest,
 )
 
@@ -52,10 +53,12 @@ def ingest_events(
         verify_signature(load_public_key(public_key), body, headers)
     try:
         events = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as error:
+    except (ValueError, RecursionError) as error:  # RecursionError: nesting deeper than the parser goes
         raise MalformedWebhook(f"event webhook body is not JSON: {error}") from error
     if not isinstance(events, list):
         raise MalformedWebhook(f"event webhook body must be a JSON array, got {type(events).__name__}")
+    if holds_unstorable_text(events):
+        raise MalformedWebhook("event webhook body holds a lone surrogate or NUL escape: not text SendGrid sends")
     now = ledger.clock()
     fates: Counter[str] = Counter(_ingest_one(ledger, event, now) for event in events)
     return IngestReport(events=len(events), **fates)
@@ -65,8 +68,10 @@ def _ingest_one(ledger: Ledger, event: Any, now: datetime) -> Fate:
     evidence = parse_event(event, now)
     if not isinstance(evidence, Evidence):
         return evidence
-    if ledger.store.get(evidence.tenant, evidence.intent_key) is None:
-        return "unmatched"  # never store evidence that could settle an intent of another ledger later
+    record = ledger.store.get(evidence.tenant, evidence.intent_key)
+    if record is None or record.provider != _rules.PROVIDER:
+        # never store evidence that could settle an intent of another ledger later, or another provider's intent
+        return "unmatched"
     try:
         return "recorded" if ledger.record_evidence(evidence) else "duplicates"
     except InvalidInput:  # a tenant this ledger does not serve

@@ -7,7 +7,7 @@ from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 from safe_effects import Ledger
 
-from ._endpoint import MAX_BODY, NOT_POST, Answer, answer_events, declared_length
+from ._endpoint import MAX_BODY, NOT_POST, Answer, answer_events, declared_length, read_to_eof
 from ._signature import PublicKey, load_public_key
 
 
@@ -27,7 +27,14 @@ def make_wsgi_app(ledger: Ledger, *, public_key: str | PublicKey | None, max_bod
         length = declared_length(environ.get("CONTENT_LENGTH"), max_body)
         if isinstance(length, Answer):
             return length
+        if not environ.get("CONTENT_LENGTH") and environ.get("wsgi.input_terminated"):
+            # a chunked body: PEP 3333 lets a server pass one without a length only if it ends the input itself
+            body = read_to_eof(environ["wsgi.input"], max_body)
+            if isinstance(body, Answer):
+                return body
+        else:
+            body = environ["wsgi.input"].read(length)
         headers = {k[5:].replace("_", "-"): str(v) for k, v in environ.items() if k.startswith("HTTP_")}
-        return answer_events(ledger, environ["wsgi.input"].read(length), headers, key)
+        return answer_events(ledger, body, headers, key)
 
     return app

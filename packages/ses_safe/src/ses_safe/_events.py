@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from safe_effects import Evidence, EvidenceVerdict, Ledger, bytes_digest
+from safe_effects import Evidence, EvidenceVerdict, Ledger, bytes_digest, holds_unstorable_text
 
 from ._contract import PROVIDER
 from ._tags import INTENT_TAG, TENANT_TAG, first_tag, tenant_tag
@@ -26,7 +26,7 @@ _MAX_PAYLOAD = 256 * 1024  # SNS and SQS cap a message at 256 KiB; anything larg
 class IngestOutcome(StrEnum):
     RECORDED = "recorded"  # new evidence stored (and an unknown intent settled if it decides it)
     DUPLICATE = "duplicate"  # this event was ingested before
-    MALFORMED = "malformed"  # not JSON, not an SES event, or missing mail.messageId
+    MALFORMED = "malformed"  # not JSON (or text no store holds), not an SES event, or missing mail.messageId
     FOREIGN = "foreign"  # an SES event without our tags: another sender on the same configuration set
     UNMATCHED = "unmatched"  # our tags, but no intent in this ledger (or another tenant's)
 
@@ -45,15 +45,18 @@ class _Malformed(ValueError):
 
 def _loads(payload: str | bytes | Mapping[str, Any]) -> Mapping[str, Any]:
     if isinstance(payload, Mapping):
-        return payload
-    if len(payload) > _MAX_PAYLOAD:
-        raise _Malformed(f"payload of {len(payload)} bytes is larger than any SNS message")
-    try:
-        parsed = json.loads(payload)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise _Malformed(f"not JSON: {error}") from error
-    if not isinstance(parsed, Mapping):
-        raise _Malformed(f"JSON {type(parsed).__name__}, not an object")
+        parsed = payload
+    else:
+        if len(payload) > _MAX_PAYLOAD:
+            raise _Malformed(f"payload of {len(payload)} bytes is larger than any SNS message")
+        try:
+            parsed = json.loads(payload)
+        except (ValueError, RecursionError) as error:  # RecursionError: nesting deeper than the parser goes
+            raise _Malformed(f"not JSON: {error}") from error
+        if not isinstance(parsed, Mapping):
+            raise _Malformed(f"JSON {type(parsed).__name__}, not an object")
+    if holds_unstorable_text(parsed):
+        raise _Malformed("a lone UTF-16 surrogate or NUL escape: not text SNS or SES sends")
     return parsed
 
 
@@ -67,7 +70,11 @@ def unwrap(payload: str | bytes | Mapping[str, Any]) -> tuple[Mapping[str, Any],
         envelope_id = outer.get("MessageId")
         event_id = envelope_id if isinstance(envelope_id, str) and envelope_id else bytes_digest(outer["Message"])
         return event, event_id
-    return outer, bytes_digest(json.dumps(outer, sort_keys=True, default=str))
+    try:
+        canonical = json.dumps(outer, sort_keys=True, default=str)
+    except (TypeError, ValueError, RecursionError) as error:  # a caller's mapping: keys of mixed types, a cycle
+        raise _Malformed(f"event is not JSON-shaped: {error}") from error
+    return outer, bytes_digest(canonical)
 
 
 def _event_type(event: Mapping[str, Any]) -> str:
