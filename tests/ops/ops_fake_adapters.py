@@ -44,3 +44,11 @@ def adapters() -> dict[str, ProviderAdapter[Any]]:
 def long_retention() -> dict[str, ProviderAdapter[Any]]:
     """A provider whose contract keeps records a year: purge must respect it."""
     return {"fake": make_adapter(os.environ[FAKE_ENV], retention_days=365)}
+
+
+def two_floors() -> dict[str, ProviderAdapter[Any]]:
+    """The fake as ``fake`` (the default 120-day floor) and as ``fake2``, whose contract keeps records a year."""
+    fake = make_adapter(os.environ[FAKE_ENV])
+    long = GenericFakeAdapter(fake.fake, provider="fake2")
+    long.contract = long.contract.model_copy(update={"record_retention_minimum": timedelta(days=365)})
+    return {"fake": fake, "fake2": long}

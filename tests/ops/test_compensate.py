@@ -77,3 +77,25 @@ def test_the_same_compensation_after_a_lost_answer_runs_again_with_the_version_f
     assert again["original"]["status"] == "compensated"
     assert len(ops.fake.effects(f"default/{REFUND}")) == 1
     assert ops.fake.effects("default/invoice:inv_5:refund:v2") == []
+
+
+def test_the_same_compensation_again_refuses_a_version_never_shown(ops: Ops) -> None:
+    """A rerun may name any version from the confirmed one to the current one: never a later or earlier one."""
+    seen = ops.confirmed(KEY).version
+    ops.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)  # the refund happened, its answer was lost
+    assert ops.cli(*compensate_args(seen)).exit_code == 1
+    held = ops.ledger.get(KEY)
+    assert (held.status, held.compensated_by, held.version) == ("confirmed", REFUND, seen + 1)
+    for never_shown in (999, held.version + 1, seen - 1):
+        refused = ops.cli(*compensate_args(never_shown))
+        assert refused.exit_code == 1
+        assert f"you saw v{never_shown}: it moved on" in refused.stderr
+        assert ops.ledger.get(KEY) == held
+        assert ops.ledger.get(REFUND).status == "unknown"
+    current = ops.cli_json(*compensate_args(held.version))  # the version `show` prints now is fine too
+    assert current["original"]["status"] == "compensated"
+    done = ops.ledger.get(KEY)
+    assert ops.cli(*compensate_args(done.version + 1)).exit_code == 1
+    assert ops.cli_json(*compensate_args(seen))["from_ledger"] is True  # answered from the ledger
+    assert ops.ledger.get(KEY) == done
+    assert len(ops.fake.effects(f"default/{REFUND}")) == 1

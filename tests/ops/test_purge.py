@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from safe_effects import EffectOutcome, EffectRequest, EffectStatus, Ledger, RetryPolicy
+from safe_effects import (
+    EffectOutcome,
+    EffectRecord,
+    EffectRequest,
+    EffectStatus,
+    InvalidInput,
+    Ledger,
+    ProviderAdapter,
+    RetryPolicy,
+)
+from safe_effects._purge import purge_settled
+from safe_effects._states import TERMINAL
 from safe_effects.testing import FakeClock, FakeFailure
 
 if TYPE_CHECKING:
@@ -82,3 +94,80 @@ def test_a_contract_with_longer_retention_raises_the_floor(aged: Ops) -> None:
     assert refused.exit_code == 1
     assert "younger than 365 days" in refused.stderr
     assert keys(aged) == ALL
+
+
+@pytest.fixture
+def two_floors(ops: Ops, monkeypatch: pytest.MonkeyPatch) -> dict[str, ProviderAdapter[Any]]:
+    monkeypatch.setenv("SAFE_EFFECTS_OPS_FAKE", ops.env["SAFE_EFFECTS_OPS_FAKE"])
+    adapters: dict[str, ProviderAdapter[Any]] = importlib.import_module("ops_fake_adapters").two_floors()
+    return adapters
+
+
+def settled_at(ops: Ops, when: datetime, adapter: ProviderAdapter[Any], key: str) -> None:
+    old = Ledger(ops.ledger.store, clock=FakeClock(when))
+    old.execute(adapter, EffectRequest(operation="charge", params={"k": key}), intent_key=key)
+
+
+def test_a_refusal_found_in_a_later_batch_deletes_nothing(ops: Ops, two_floors: dict[str, Any]) -> None:
+    at = datetime.now(UTC) - timedelta(days=200)
+    for n in range(4):  # 200 days old under the 120-day floor: purgeable at 130 days
+        settled_at(ops, at, two_floors["fake"], f"a:{n}:x:v1")
+    settled_at(ops, at + timedelta(seconds=1), two_floors["fake2"], "b:long:x:v1")  # the last batch: 365 days
+    before = keys(ops)
+    with pytest.raises(InvalidInput, match="younger than 365 days"):
+        purge_settled(
+            ops.ledger.store, older_than=timedelta(days=130), now=datetime.now(UTC), adapters=two_floors, batch=2
+        )
+    assert keys(ops) == before  # refused: not one record deleted, not even the earlier batches
+
+
+def test_cli_refusal_with_adapters_deletes_nothing(ops: Ops, two_floors: dict[str, Any]) -> None:
+    at = datetime.now(UTC) - timedelta(days=200)
+    settled_at(ops, at, two_floors["fake"], "a:short:x:v1")
+    settled_at(ops, at + timedelta(seconds=1), two_floors["fake2"], "b:long:x:v1")
+    refused = ops.cli("purge", "--older-than", "130", "--adapters", "ops_fake_adapters:two_floors")
+    assert refused.exit_code == 1
+    assert "younger than 365 days" in refused.stderr
+    assert keys(ops) == {"a:short:x:v1", "b:long:x:v1"}
+
+
+def test_each_batch_deletes_the_records_it_checked(ops: Ops, two_floors: dict[str, Any]) -> None:
+    at = datetime.now(UTC) - timedelta(days=200)  # one instant: only the key orders them
+    settled_at(ops, at, two_floors["fake2"], "z:long:x:v1")  # 365-day floor, listed (and checked) second
+    settled_at(ops, at, two_floors["fake"], "a:short:x:v1")
+    store = ops.ledger.store
+    with pytest.raises(InvalidInput, match="younger than 365 days"):
+        purge_settled(store, older_than=timedelta(days=130), now=datetime.now(UTC), adapters=two_floors, batch=1)
+    assert keys(ops) == {"z:long:x:v1", "a:short:x:v1"}
+    # the store deletes exactly the keys it is given, still settled and before the cut-off
+    cutoff = datetime.now(UTC) - timedelta(days=100)
+    assert store.purge(statuses=TERMINAL, updated_before=cutoff, limit=1, keys=[("default", "z:long:x:v1")]) == 1
+    assert keys(ops) == {"a:short:x:v1"}
+    recent = datetime.now(UTC) - timedelta(days=300)
+    assert store.purge(statuses=TERMINAL, updated_before=recent, limit=1, keys=[("default", "a:short:x:v1")]) == 0
+    assert store.purge(statuses=[S.UNKNOWN], updated_before=cutoff, limit=1, keys=[("default", "a:short:x:v1")]) == 0
+    assert keys(ops) == {"a:short:x:v1"}
+
+
+def test_a_record_settled_after_the_check_under_a_longer_floor_stays(
+    ops: Ops, two_floors: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the listed records that passed the check are deleted, by key; a late one listed first stays."""
+    at = datetime.now(UTC) - timedelta(days=200)
+    settled_at(ops, at, two_floors["fake"], "b:short:x:v1")
+    store = ops.ledger.store
+    real = store.list_by_status
+    calls = 0
+
+    def late_arrival(*args: Any, **kwargs: Any) -> list[EffectRecord]:
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # after the floor was checked, before the first batch is listed: same instant, first key
+            settled_at(ops, at, two_floors["fake2"], "a:long:x:v1")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "list_by_status", late_arrival)
+    report = purge_settled(store, older_than=timedelta(days=130), now=datetime.now(UTC), adapters=two_floors)
+    monkeypatch.undo()
+    assert report.deleted == 1
+    assert keys(ops) == {"a:long:x:v1"}

@@ -9,11 +9,13 @@ import sys
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 import pytest
 
 from safe_effects import EffectRequest, LeasePolicy, Ledger, LookupKind, LookupMethod, Reconciler
+from safe_effects.cli import _reconcile as reconcile_cli
 from safe_effects.testing import FakeClock, GenericFakeAdapter
 
 if TYPE_CHECKING:
@@ -34,6 +36,47 @@ def test_run_once_confirms_found_and_keeps_inconclusive_unknown(ops: Ops) -> Non
     assert found.resolution.method == "lookup:search"
     assert ops.ledger.get("invoice:b:collect:v1").status == "unknown"
     assert len(ops.fake.effects()) == 1  # nothing was redispatched
+
+
+def test_inconclusive_records_do_not_starve_newer_unknowns(ops: Ops) -> None:
+    stuck = [ops.unknown(f"invoice:stuck{n}:collect:v1", happened=False).intent_key for n in range(2)]
+    found = ops.unknown("invoice:found:collect:v1").intent_key  # newer; a lookup would confirm it
+    reconciler = Reconciler(ops.ledger, {"fake": ops.adapter})
+    sweeps = [[(i.intent_key, i.outcome) for i in reconciler.run_once(limit=2).items] for _ in range(3)]
+    assert sweeps == [
+        [(stuck[0], "unknown"), (stuck[1], "unknown")],
+        [(found, "confirmed"), (stuck[0], "unknown")],  # continues after the first sweep, then wraps around
+        [(stuck[1], "unknown"), (stuck[0], "unknown")],
+    ]
+    assert ops.ledger.get(found).status == "confirmed"
+    assert [ops.ledger.get(key).status for key in stuck] == ["unknown", "unknown"]
+    assert len(ops.fake.effects()) == 1  # found's own charge: nothing was redispatched
+    fresh = Reconciler(ops.ledger, {"fake": ops.adapter}).run_once(limit=1)  # a new one starts at the oldest
+    assert [i.intent_key for i in fresh.items] == [stuck[0]]
+
+
+def test_cli_reconcile_loop_reaches_newer_unknowns_behind_inconclusive_ones(
+    ops: Ops, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for n in range(2):
+        ops.unknown(f"invoice:stuck{n}:collect:v1", happened=False)
+    found = ops.unknown("invoice:found:collect:v1").intent_key
+    sleeps: list[float] = []
+
+    class Stop(Exception):
+        pass
+
+    def sleep(seconds: float) -> None:  # the loop's pause between sweeps: stop after the second sweep
+        sleeps.append(seconds)
+        if len(sleeps) == 2:
+            raise Stop("enough sweeps")
+
+    monkeypatch.setattr(reconcile_cli, "time", SimpleNamespace(sleep=sleep))
+    looped = ops.cli("reconcile", "--loop", "--interval", "5", "--limit", "2", "--adapters", ADAPTERS, "--json")
+    assert "enough sweeps" in looped.stderr, looped.output
+    assert sleeps == [5.0, 5.0]
+    assert ops.ledger.get(found).status == "confirmed"
+    assert len(ops.fake.effects()) == 1
 
 
 def test_expired_in_flight_is_reconciled_and_live_one_left_alone(ops: Ops) -> None:

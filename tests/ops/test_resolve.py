@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from safe_effects import Reconciler
+
 if TYPE_CHECKING:
     from conftest import Ops
 
@@ -142,6 +144,18 @@ def test_threshold_option_tightens_but_cannot_loosen(ops: Ops) -> None:
     assert "pending:" in tightened.stdout  # eur has no threshold once any is set: fails safe
 
 
+def test_threshold_option_cannot_raise_a_currency_above_the_catch_all(ops: Ops) -> None:
+    record = ops.unknown(KEY, amount=250_000)
+    asked = resolve(
+        ops, "--as", "rejected", "--approval-threshold", "usd=999999999", version=record.version,
+        env={"SAFE_EFFECTS_APPROVAL_THRESHOLDS": "*=100000"},
+    )  # fmt: skip
+    assert asked.exit_code == 0, asked.output
+    assert "pending:" in asked.stdout
+    assert ops.ledger.get(KEY) == record  # still unknown: a second operator must approve
+    assert [a["state"] for a in ops.cli_json("show", KEY)["approvals"]] == ["pending"]
+
+
 def test_stale_approval_is_refused_and_closed(ops: Ops) -> None:
     record = ops.unknown(KEY, amount=250_000)
     assert resolve(ops, *CONFIRM, version=record.version, env=BIG).exit_code == 0
@@ -168,3 +182,44 @@ def test_decline_keeps_the_record_unknown(ops: Ops) -> None:
     assert ops.cli("approve", KEY, "--operator", "carol").exit_code == 1
     # a fresh request can be made after a decline
     assert "pending:" in resolve(ops, "--as", "rejected", version=record.version, env=BIG).stdout
+
+
+def test_a_request_about_a_purged_record_is_not_applied_to_the_key_recorded_again(ops: Ops) -> None:
+    first = ops.unknown(KEY, amount=250_000)
+    asked = resolve(ops, "--as", "rejected", version=first.version, env=BIG)
+    assert "pending:" in asked.stdout
+    # a lookup settles it (alice's request stays pending), then it is purged and the key recorded again
+    assert Reconciler(ops.ledger, {"fake": ops.adapter}).run_once().counts() == {"confirmed": 1}
+    assert ops.cli("purge", "--older-than", "0", "--force-min-days", "0").exit_code == 0
+    assert ops.ledger.store.get("default", KEY) is None
+    # recorded again with the same params (the fake still holds the key: other params would be refused), the
+    # answer lost: another record, unknown at the same version
+    again = ops.unknown(KEY, amount=250_000)
+    assert again.version == first.version
+    assert again.created_at > first.created_at
+
+    approved = ops.cli("approve", KEY, "--operator", "bob")
+
+    assert approved.exit_code == 1
+    assert "moved on since alice asked" in approved.stderr
+    assert "recorded anew" in approved.stderr
+    assert ops.ledger.get(KEY) == again  # alice never saw this charge: her "rejected" is not applied to it
+    assert [a["state"] for a in ops.cli_json("show", KEY)["approvals"]] == ["stale"]
+    # a new request for the new record can be made, and applied
+    assert "pending:" in resolve(ops, "--as", "rejected", version=again.version, env=BIG).stdout
+    assert ops.cli("approve", KEY, "--operator", "bob").exit_code == 0
+    assert ops.ledger.get(KEY).status == "rejected"
+
+
+def test_a_new_request_replaces_one_left_over_from_a_purged_record(ops: Ops) -> None:
+    first = ops.unknown(KEY, amount=250_000)
+    assert "pending:" in resolve(ops, "--as", "rejected", version=first.version, env=BIG).stdout
+    assert Reconciler(ops.ledger, {"fake": ops.adapter}).run_once().counts() == {"confirmed": 1}
+    assert ops.cli("purge", "--older-than", "0", "--force-min-days", "0").exit_code == 0
+    again = ops.unknown(KEY, amount=250_000)  # same params: the fake still holds the key
+    asked = resolve(ops, "--as", "rejected", version=again.version, operator="carol", env=BIG)
+    assert asked.exit_code == 0, asked.output
+    assert "pending:" in asked.stdout
+    approvals = ops.cli_json("show", KEY)["approvals"]
+    assert [(a["state"], a["requested_by"]) for a in approvals] == [("stale", "alice"), ("pending", "carol")]
+    assert ops.ledger.get(KEY) == again

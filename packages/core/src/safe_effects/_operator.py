@@ -100,8 +100,8 @@ class Operator:
             created_at=self.ledger.clock(),
         )
         stored, created = self.ledger.store.add_approval(request)
-        if not created and stored.expected_version != record.version:
-            self._close_stale(stored, record, operator)  # left over from an earlier version: replace it
+        if not created and not _asked_of(stored, record):
+            self._close_stale(stored, record, operator)  # left over from an earlier version or record: replace it
             stored, created = self.ledger.store.add_approval(request)
         if not created:
             raise ApprovalError(
@@ -122,12 +122,13 @@ class Operator:
                 "a different operator must approve it (two-person rule)"
             )
         record = self.ledger.get(approval.intent_key, tenant=approval.tenant)
-        if record.status is not S.UNKNOWN or record.version != approval.expected_version:
+        if not _asked_of(approval, record):
             self._close_stale(approval, record, operator)
+            again = " (recorded anew since)" if record.created_at > approval.created_at else ""
             raise StaleRecord(
                 f"intent {record.intent_key!r} moved on since {approval.requested_by} asked (saw unknown "
-                f"v{approval.expected_version}, now {record.status} v{record.version}); the request is closed as "
-                "stale: look again and resolve anew if still needed"
+                f"v{approval.expected_version}, now {record.status} v{record.version}{again}); the request is "
+                "closed as stale: look again and resolve anew if still needed"
             )
         now = self.ledger.clock()
         # claim the request first: a concurrent decline or second approval then loses, and nothing is applied twice
@@ -198,9 +199,7 @@ class Operator:
         operator = _required(operator, "operator identity (--operator)")
         reason = _required(reason, "a reason (--reason)")
         original = self.ledger.get(original_key, tenant=tenant)
-        # the same compensation again (after a crash, or to settle it): naming it on the original moved the version
-        same_again = original.compensated_by == IntentKey.parse(compensating_key)
-        if not same_again and original.version != expect_version:
+        if not self._seen(original, IntentKey.parse(compensating_key), expect_version):
             raise StaleRecord(
                 f"intent {original.intent_key!r} is at {original.status} v{original.version}, you saw "
                 f"v{expect_version}: it moved on; run `show` again before compensating"
@@ -213,6 +212,21 @@ class Operator:
         )
 
     # -- helpers ------------------------------------------------------------------------------------------
+
+    def _seen(self, original: EffectRecord, compensating_key: IntentKey, expect_version: int) -> bool:
+        """Is ``expect_version`` a version of ``original`` the operator may have seen before this compensation?
+
+        The current one; or, when the original already names this compensation (a rerun after a crash or a
+        lost answer: naming it moved the version by one, marking it compensated by another), any version
+        from the one at which the original was confirmed up to the current one. Never a later one.
+        """
+        if expect_version == original.version:
+            return True
+        if original.compensated_by != compensating_key or expect_version > original.version:
+            return False
+        trail = self.ledger.store.audit_trail(original.tenant, original.intent_key)
+        confirmed_at = [a.version for a in trail if a.to_status is S.CONFIRMED and a.from_status is not S.CONFIRMED]
+        return bool(confirmed_at) and confirmed_at[-1] <= expect_version
 
     def _current(self, intent_key: IntentKey | str, tenant: str, expect_version: int) -> EffectRecord:
         """The record, if it is still the unknown one at the version the operator looked at."""
@@ -237,11 +251,12 @@ class Operator:
         return found[0]
 
     def _close_stale(self, approval: Approval, record: EffectRecord, operator: str) -> None:
+        again = ", recorded anew" if record.created_at > approval.created_at else ""
         self.ledger.store.decide_approval(
             approval,
             state=ApprovalState.STALE,
             decided_by=operator,
-            reason=f"record moved on to {record.status} v{record.version}",
+            reason=f"record moved on to {record.status} v{record.version}{again}",
             now=self.ledger.clock(),
         )
 
@@ -252,6 +267,22 @@ class Operator:
         return approval.model_copy(
             update={"state": state, "decided_by": operator, "decision_reason": reason, "resolved_at": now}
         )
+
+
+def _asked_of(approval: Approval, record: EffectRecord) -> bool:
+    """Is ``record`` still the unknown record, at the version, that the request was made about?
+
+    (tenant, key, version) alone does not name a record: a settled one can be purged and the key recorded
+    again, its versions restarting at 1. A request is about the record that existed when it was made, so a
+    record created after the request (``created_at`` later than the request's) is another one. Both times
+    come from the ledger's clock; only a key purged and re-recorded within the clock skew between two hosts
+    could slip through, and such a record must still be unknown at the same version.
+    """
+    return (
+        record.status is S.UNKNOWN
+        and record.version == approval.expected_version
+        and record.created_at <= approval.created_at
+    )
 
 
 def _same_person(a: str, b: str) -> bool:

@@ -191,7 +191,13 @@ class PostgresStore:
             sql.SQL(
                 "DELETE FROM {0} WHERE status = ANY(%(s)s) AND updated_at < %(cutoff)s AND (tenant_id, intent_key) IN "
                 "(SELECT tenant_id, intent_key FROM {0} WHERE status = ANY(%(s)s) AND updated_at < %(cutoff)s "
-                "ORDER BY updated_at LIMIT %(limit)s)"
+                "ORDER BY updated_at, tenant_id, intent_key LIMIT %(limit)s)"
+            ).format(intents)
+        )
+        self._purge_keys = _render(
+            sql.SQL(
+                "DELETE FROM {0} WHERE status = ANY(%(s)s) AND updated_at < %(cutoff)s AND (tenant_id, intent_key) IN "
+                "(SELECT * FROM unnest(%(tenants)s::text[], %(keys)s::text[]))"
             ).format(intents)
         )
         self._migrations = {
@@ -320,6 +326,7 @@ class PostgresStore:
         provider: str | None,
         updated_before: datetime | None,
         limit: int,
+        after: tuple[datetime, str, str] | None = None,
     ) -> tuple[bytes, list[Any]]:
         """The list_by_status SQL and its parameters (kept apart so a test can EXPLAIN exactly this)."""
         params: list[Any] = [[EffectStatus(s).value for s in statuses]]
@@ -329,6 +336,10 @@ class PostgresStore:
         ):
             query += b" AND " + condition.format("%s").encode()
             params.append(value)
+        if after is not None:
+            at = self._codec.time_out(utc(after[0], "after"))
+            query += b" AND updated_at >= %s AND (updated_at, tenant_id, intent_key) > (%s, %s, %s)"
+            params += [at, at, check_tenant(after[1]), after[2]]
         params.append(limit)
         return query + b" ORDER BY updated_at, tenant_id, intent_key LIMIT %s", params
 
@@ -340,6 +351,7 @@ class PostgresStore:
         provider: str | None = None,
         updated_before: datetime | None = None,
         limit: int = 100,
+        after: tuple[datetime, str, str] | None = None,
     ) -> list[EffectRecord]:
         """Records in ``statuses``, least recently updated first; see :class:`Store`."""
         if limit < 0:
@@ -347,7 +359,7 @@ class PostgresStore:
         if not statuses:
             return []
         query, params = self._list_query(
-            statuses, tenant=tenant, provider=provider, updated_before=updated_before, limit=limit
+            statuses, tenant=tenant, provider=provider, updated_before=updated_before, limit=limit, after=after
         )
         with _Checkout(self._pool) as conn, conn.cursor(row_factory=self._dict_row) as cur:
             return [from_row(EffectRecord, row, self._codec) for row in cur.execute(query, params)]
@@ -385,14 +397,28 @@ class PostgresStore:
             rows = conn.execute(self._oldest, (EffectStatus(status).value,)).fetchall()
         return {provider: oldest.astimezone(UTC) for provider, oldest in rows}
 
-    def purge(self, *, statuses: Collection[EffectStatus], updated_before: datetime, limit: int = 1000) -> int:
-        """Delete up to ``limit`` of the oldest records in ``statuses`` (audit and evidence stay)."""
+    def purge(
+        self,
+        *,
+        statuses: Collection[EffectStatus],
+        updated_before: datetime,
+        limit: int = 1000,
+        keys: Collection[tuple[str, str]] | None = None,
+    ) -> int:
+        """Delete the oldest ``limit`` records in ``statuses``, or exactly ``keys``; audit and evidence stay."""
         values = [EffectStatus(s).value for s in statuses]
-        if not values or limit <= 0:
+        if not values or limit <= 0 or (keys is not None and not keys):
             return 0
-        params = {"s": values, "cutoff": utc(updated_before, "updated_before"), "limit": limit}
+        params: dict[str, Any] = {"s": values, "cutoff": utc(updated_before, "updated_before"), "limit": limit}
+        query = self._purge
+        if keys is not None:
+            if len(keys) > limit:
+                raise InvalidInput(f"{len(keys)} keys to purge, more than the limit {limit}")
+            params["tenants"] = [check_tenant(tenant) for tenant, _ in keys]
+            params["keys"] = [key for _, key in keys]
+            query = self._purge_keys
         with _Checkout(self._pool) as conn:
-            return conn.execute(self._purge, params).rowcount
+            return conn.execute(query, params).rowcount
 
     # -- pending approvals (two-person rule) -------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from typing import Any
 from ._adapter import ProviderAdapter
 from ._contract import ProviderContract
 from ._errors import InvalidInput
+from ._records import EffectRecord
 from ._states import TERMINAL
 from ._store import Store
 
@@ -36,35 +37,62 @@ def purge_settled(
     """Delete confirmed, rejected and compensated records last updated more than ``older_than`` ago.
 
     The floor is ``force_minimum`` when given explicitly, else the largest ``record_retention_minimum`` among
-    the contracts (from ``adapters``) of each batch's records, and never less than the contract default.
+    the contracts (from ``adapters``) of all the records to be deleted, and never less than the contract
+    default. It is checked over every one of them before the first is deleted, so a refusal changes nothing.
+    Each batch then deletes exactly the records it listed (by key, each still settled and before the
+    cut-off); one that settled after the check under a longer floor than ``older_than`` is left alone.
     """
     if batch <= 0:
         raise InvalidInput(f"batch must be positive, got {batch}")
     cutoff, deleted = now - older_than, 0
     minimum = DEFAULT_MINIMUM if force_minimum is None else force_minimum
+    floors = adapters if force_minimum is None and adapters else None  # contracts that may raise the floor
+    if floors is not None:
+        minimum = max(minimum, _contract_floor(store, floors, cutoff, batch))
+    if older_than < minimum:
+        raise InvalidInput(
+            f"refusing to purge records younger than {minimum.days} days (asked for {older_than.days}): "
+            "that is the provider contract's retention minimum; --force-min-days lowers it explicitly"
+        )
+    after: tuple[datetime, str, str] | None = None
     while True:
-        if force_minimum is None and adapters:
-            minimum = max(minimum, _contract_floor(store, adapters, cutoff, batch))
-        if older_than < minimum:
-            raise InvalidInput(
-                f"refusing to purge records younger than {minimum.days} days (asked for {older_than.days}): "
-                "that is the provider contract's retention minimum; --force-min-days lowers it explicitly"
-            )
-        count = store.purge(statuses=TERMINAL, updated_before=cutoff, limit=batch)
-        deleted += count
-        if count < batch:
+        listed = store.list_by_status(TERMINAL, updated_before=cutoff, limit=batch, after=after)
+        if not listed:
             return PurgeReport(cutoff, minimum, deleted)
+        last = listed[-1]
+        after = (last.updated_at, last.tenant, last.intent_key)
+        keys = [
+            (record.tenant, record.intent_key)
+            for record in listed
+            if floors is None or _floor(floors, record) <= older_than
+        ]
+        deleted += store.purge(statuses=TERMINAL, updated_before=cutoff, limit=batch, keys=keys)
+        if len(listed) < batch:
+            return PurgeReport(cutoff, minimum, deleted)
+
+
+def _floor(adapters: Mapping[str, ProviderAdapter[Any]], record: EffectRecord) -> timedelta:
+    """The retention minimum ``record`` is under: its provider's contract, never less than the default."""
+    adapter = adapters.get(record.provider)
+    if adapter is None:
+        return DEFAULT_MINIMUM
+    return max(DEFAULT_MINIMUM, adapter.contract_for(record.operation).record_retention_minimum)
 
 
 def _contract_floor(
     store: Store, adapters: Mapping[str, ProviderAdapter[Any]], cutoff: datetime, batch: int
 ) -> timedelta:
-    """The longest retention minimum any record of the next batch is under (its provider's contract)."""
+    """The longest retention minimum any record to be purged is under, paging through all of them."""
     floor = DEFAULT_MINIMUM
     seen: set[tuple[str, str]] = set()
-    for record in store.list_by_status(TERMINAL, updated_before=cutoff, limit=batch):
-        adapter = adapters.get(record.provider)
-        if adapter is not None and (record.provider, record.operation) not in seen:
-            seen.add((record.provider, record.operation))
-            floor = max(floor, adapter.contract_for(record.operation).record_retention_minimum)
-    return floor
+    after: tuple[datetime, str, str] | None = None
+    while True:
+        listed = store.list_by_status(TERMINAL, updated_before=cutoff, limit=batch, after=after)
+        for record in listed:
+            if (record.provider, record.operation) not in seen:
+                seen.add((record.provider, record.operation))
+                floor = max(floor, _floor(adapters, record))
+        if len(listed) < batch:
+            return floor
+        last = listed[-1]
+        after = (last.updated_at, last.tenant, last.intent_key)

@@ -12,6 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from ._adapter import ProviderAdapter
@@ -52,9 +53,25 @@ class ReconcileReport:
         return sum(1 for item in self.items if item.outcome in ("confirmed", "rejected", "prepared"))
 
 
+Position = tuple[datetime, str, str]  # (updated_at, tenant, intent_key): the store's list order
+
+
 @dataclass(slots=True)
 class Reconciler:
-    """Sweeps unknowns oldest first; ``adapters`` maps a record's provider name to its adapter."""
+    """Sweeps unknowns oldest first, round robin; ``adapters`` maps a record's provider name to its adapter.
+
+    An inconclusive, deferred, skipped or failed lookup writes nothing, so the record keeps its place in the
+    least-recently-updated order. Were every sweep to start from the oldest, ``limit`` such records would
+    fill every sweep and newer unknowns would never be looked up. So the reconciler keeps a cursor: each
+    sweep continues after the last record (in the store's (updated_at, tenant, intent_key) order) the
+    previous sweep of this object looked at, and wraps around to the oldest at the end. Every candidate is
+    looked at once per round, new ones after the current round's.
+
+    The cursor lives in this object, not in the store: nothing is written for an inconclusive attempt (no
+    schema change, no write load, and two reconcilers do not share or fight over it). A long-running
+    process (``safe-effects reconcile --loop``, or a scheduler that keeps one Reconciler) gets the round
+    robin; a fresh Reconciler, like a one-shot ``safe-effects reconcile``, starts from the oldest again.
+    """
 
     ledger: Ledger
     adapters: Mapping[str, ProviderAdapter[Any]]
@@ -62,13 +79,34 @@ class Reconciler:
     monotonic: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
     _buckets: dict[str, TokenBucket] = field(default_factory=dict, init=False)
+    _cursor: Position | None = field(default=None, init=False)  # the last record the previous sweep looked at
 
     def candidates(self, limit: int) -> list[EffectRecord]:
-        """Unknown records and in-flight ones whose lease expired, least recently updated first."""
+        """Up to ``limit`` unknown records and in-flight ones whose lease expired, least recently updated first,
+        starting after the previous sweep's last one and wrapping around to the oldest (see the class)."""
         store, now = self.ledger.store, self.ledger.clock()
-        unknown = store.list_by_status([S.UNKNOWN], limit=limit)
-        abandoned = [r for r in store.list_by_status([S.IN_FLIGHT], limit=limit) if r.lease_expired(now)]
-        return sorted(unknown + abandoned, key=lambda r: r.updated_at)[:limit]
+        chosen: list[EffectRecord] = []
+        seen: set[tuple[str, str]] = set()
+        cursor, wrapped = self._cursor, self._cursor is None
+        while len(chosen) < limit:
+            page = store.list_by_status([S.UNKNOWN, S.IN_FLIGHT], limit=limit, after=cursor)
+            for record in page:
+                if (record.tenant, record.intent_key) in seen:  # all the way round: every candidate is in
+                    self._cursor = cursor
+                    return chosen
+                seen.add((record.tenant, record.intent_key))
+                cursor = (record.updated_at, record.tenant, record.intent_key)
+                if record.status is S.UNKNOWN or record.lease_expired(now):  # a live in-flight one is working
+                    chosen.append(record)
+                    if len(chosen) == limit:
+                        break
+            if len(chosen) < limit and len(page) < limit:  # the end of the list
+                if wrapped:
+                    cursor = None
+                    break
+                cursor, wrapped = None, True
+        self._cursor = cursor
+        return chosen
 
     def run_once(self, *, limit: int = 100) -> ReconcileReport:
         """One sweep over at most ``limit`` records; inconclusive ones stay unknown for the next run or a person."""

@@ -262,6 +262,7 @@ class SQLiteStore:
         provider: str | None,
         updated_before: datetime | None,
         limit: int,
+        after: tuple[datetime, str, str] | None = None,
     ) -> tuple[str, list[Any]]:
         """The list_by_status SQL and its parameters (kept apart so a test can EXPLAIN exactly this)."""
         params: list[Any] = [EffectStatus(s).value for s in statuses]
@@ -269,6 +270,10 @@ class SQLiteStore:
         for condition, value in list_filters(_CODEC, tenant=tenant, provider=provider, updated_before=updated_before):
             query += " AND " + condition.format("?")
             params.append(value)
+        if after is not None:
+            at = _CODEC.time_out(utc(after[0], "after"))
+            query += " AND updated_at >= ? AND (updated_at, tenant_id, intent_key) > (?, ?, ?)"
+            params += [at, at, check_tenant(after[1]), after[2]]
         params.append(limit)
         return query + " ORDER BY updated_at, tenant_id, intent_key LIMIT ?", params
 
@@ -280,6 +285,7 @@ class SQLiteStore:
         provider: str | None = None,
         updated_before: datetime | None = None,
         limit: int = 100,
+        after: tuple[datetime, str, str] | None = None,
     ) -> list[EffectRecord]:
         """Records in ``statuses``, least recently updated first; see :class:`Store`."""
         if limit < 0:
@@ -287,7 +293,7 @@ class SQLiteStore:
         if not statuses:
             return []
         query, params = self._list_query(
-            statuses, tenant=tenant, provider=provider, updated_before=updated_before, limit=limit
+            statuses, tenant=tenant, provider=provider, updated_before=updated_before, limit=limit, after=after
         )
         return [from_row(EffectRecord, row, _CODEC) for row in _rows(self._conn().execute(query, params))]
 
@@ -344,20 +350,35 @@ class SQLiteStore:
         )
         return {provider: _CODEC.time_in(oldest) for provider, oldest in rows}
 
-    def purge(self, *, statuses: Collection[EffectStatus], updated_before: datetime, limit: int = 1000) -> int:
-        """Delete up to ``limit`` of the oldest records in ``statuses`` (audit and evidence stay)."""
+    def purge(
+        self,
+        *,
+        statuses: Collection[EffectStatus],
+        updated_before: datetime,
+        limit: int = 1000,
+        keys: Collection[tuple[str, str]] | None = None,
+    ) -> int:
+        """Delete the oldest ``limit`` records in ``statuses``, or exactly ``keys``; audit and evidence stay."""
         values = [EffectStatus(s).value for s in statuses]
-        if not values or limit <= 0:
+        if not values or limit <= 0 or (keys is not None and not keys):
             return 0
         cutoff = _CODEC.time_out(utc(updated_before, "updated_before"))
-        with self._write() as conn:
-            deleted = conn.execute(
-                "DELETE FROM effect_intents WHERE (tenant_id, intent_key) IN ("
-                f"SELECT tenant_id, intent_key FROM effect_intents WHERE status IN ({', '.join('?' * len(values))}) "
-                "AND updated_at < ? ORDER BY updated_at LIMIT ?)",
-                (*values, cutoff, limit),
+        where = f"status IN ({', '.join('?' * len(values))}) AND updated_at < ?"
+        if keys is not None:
+            if len(keys) > limit:
+                raise InvalidInput(f"{len(keys)} keys to purge, more than the limit {limit}")
+            pairs = [value for tenant, key in keys for value in (check_tenant(tenant), key)]
+            query = f"DELETE FROM effect_intents WHERE {where} AND (tenant_id, intent_key) IN (VALUES "
+            query += ", ".join(["(?, ?)"] * len(keys)) + ")"
+            params: tuple[Any, ...] = (*values, cutoff, *pairs)
+        else:
+            query = (
+                "DELETE FROM effect_intents WHERE (tenant_id, intent_key) IN (SELECT tenant_id, intent_key FROM "
+                f"effect_intents WHERE {where} ORDER BY updated_at, tenant_id, intent_key LIMIT ?)"
             )
-            return deleted.rowcount
+            params = (*values, cutoff, limit)
+        with self._write() as conn:
+            return conn.execute(query, params).rowcount
 
     # -- pending approvals (two-person rule) -------------------------------------------------------------
 

@@ -67,8 +67,13 @@ class Store(Protocol):
         provider: str | None = None,
         updated_before: datetime | None = None,
         limit: int = 100,
+        after: tuple[datetime, str, str] | None = None,
     ) -> list[EffectRecord]:
-        """Records in ``statuses``, least recently updated first, through the (status, updated_at) index."""
+        """Records in ``statuses``, least recently updated first, through the (status, updated_at) index.
+
+        The order is (updated_at, tenant, intent_key); ``after`` is such a triple (the last record of the
+        previous page) and returns only the records after it, so a caller can page through every record.
+        """
         ...
 
     def find_by_provider_key(self, provider: str, provider_key: str) -> list[EffectRecord]:
@@ -94,8 +99,19 @@ class Store(Protocol):
         """Per provider, the oldest ``updated_at`` among records in ``status``."""
         ...
 
-    def purge(self, *, statuses: Collection[EffectStatus], updated_before: datetime, limit: int = 1000) -> int:
-        """Delete up to ``limit`` records in ``statuses`` last updated before the cut-off; returns the count."""
+    def purge(
+        self,
+        *,
+        statuses: Collection[EffectStatus],
+        updated_before: datetime,
+        limit: int = 1000,
+        keys: Collection[tuple[str, str]] | None = None,
+    ) -> int:
+        """Delete up to ``limit`` records in ``statuses`` last updated before the cut-off; returns the count.
+
+        With ``keys`` ((tenant, intent_key) pairs, at most ``limit``), only those: the ones a caller listed and
+        checked, each still in ``statuses`` and before the cut-off. Without, the first ``limit`` in list order.
+        """
         ...
 
     # -- pending approvals (two-person rule) -------------------------------------------------------------

@@ -39,10 +39,21 @@ class ApprovalThresholds:
         return result
 
     def stricter(self, other: ApprovalThresholds) -> ApprovalThresholds:
-        """Per currency, the lower of the two thresholds."""
+        """These thresholds, lowered (never raised) by ``other``'s.
+
+        Without any threshold there is no two-person rule, so ``other`` applies as given. Otherwise, per
+        currency ``other`` names, what applies now is this currency's threshold, else the ``*`` catch-all,
+        else none ("always needs approval"); ``other``'s amount replaces it only when it is lower. So
+        ``usd=999999999`` cannot lift usd above a ``*=100000`` catch-all, and ``eur=...`` cannot switch off
+        the fail-safe for a currency without a threshold.
+        """
+        if not self.limits:
+            return ApprovalThresholds(dict(other.limits))
         merged = dict(self.limits)
         for currency, amount in other.limits.items():
-            merged[currency] = min(amount, merged.get(currency, amount))
+            applies = self.limits.get(currency, self.limits.get(ANY_CURRENCY))
+            if applies is not None and amount < applies:
+                merged[currency] = amount
         return ApprovalThresholds(merged)
 
     def requires_approval(self, summary: Mapping[str, str]) -> str | None:
