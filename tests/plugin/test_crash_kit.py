@@ -10,12 +10,13 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import requests
 
 from safe_effects import CrashPoint, EffectUnknown, Ledger, SimulatedCrash, open_store
 from safe_effects.testing import CrashKit, FakeClock, assert_effect
 from stripe_safe.testing import FakeStripe
 
-from ._scenarios import CHARGE, collect_invoice
+from ._scenarios import CHARGE, PAYMENT, collect_invoice
 
 WORKER = f"""
 import sys
@@ -106,3 +107,47 @@ def test_the_marker_makes_safe_ledger_crash_at_an_executor_point(safe_ledger: Le
         collect_invoice(safe_ledger, fake_stripe.url)
     assert fake_stripe.requests() == []
     assert_effect(safe_ledger, CHARGE, status="in_flight", provider_effects=effects(fake_stripe), expected_effects=0)
+
+
+def test_an_in_process_accept_trap_passes_a_request_the_provider_refused_and_drops_the_next_commit(
+    safe_crash: CrashKit, fake_stripe: FakeStripe, safe_ledger: Ledger
+) -> None:
+    trap = safe_crash.at(fake_stripe.server, "after_provider_accept")
+    refused = requests.post(
+        f"{fake_stripe.url}/v1/payment_intents",
+        data=PAYMENT,
+        headers={"Authorization": "Bearer sk_live_wrong", "Idempotency-Key": "other"},
+        timeout=5,
+    )
+    assert refused.status_code == 401  # answered: nothing committed, so nothing to crash after
+    assert not trap.fired
+    with pytest.raises(EffectUnknown):
+        collect_invoice(safe_ledger, fake_stripe.url)
+    assert trap.fired
+    assert [e.committed for e in fake_stripe.server.exchanges] == [False, True]
+    collect_invoice(safe_ledger, fake_stripe.url)
+    assert_effect(safe_ledger, CHARGE, status="confirmed", provider_effects=effects(fake_stripe))
+
+
+def test_a_drop_trap_cleared_from_the_fake_has_not_fired(fake_stripe: FakeStripe) -> None:
+    kit = CrashKit()
+    trap = kit.at(fake_stripe.server, "after_provider_accept")
+    fake_stripe.server.reset()  # a long-lived fake forgets its faults between tests
+    assert not trap.fired
+    assert kit.pending() == [trap.fault]
+    kit.disarm()
+
+
+def test_disarming_takes_a_drop_trap_off_the_fake(fake_stripe: FakeStripe, safe_ledger: Ledger) -> None:
+    kit = CrashKit()
+    trap = kit.at(fake_stripe.server, "after_provider_accept")
+    kit.disarm()
+    assert fake_stripe.server.pending_faults() == []
+    collect_invoice(safe_ledger, fake_stripe.url)  # answered: the disarmed trap drops nothing
+    assert not trap.fired
+    assert_effect(safe_ledger, CHARGE, status="confirmed", provider_effects=effects(fake_stripe))
+
+
+def test_a_plan_for_the_test_process_refuses_sigkill(safe_crash: CrashKit) -> None:
+    with pytest.raises(ValueError, match=r"refusing action='sigkill'.*would end the test run.*worker_env"):
+        safe_crash.plan("before_dispatch", action="sigkill")

@@ -159,7 +159,21 @@ def test_an_unfired_cassette_fault_and_a_crash_trap_fail_at_teardown(pytester: p
     )
 
 
-def test_store_postgres_without_a_database_url_skips_visibly(pytester: pytest.Pytester) -> None:
+@pytest.mark.parametrize(
+    ("ci", "outcome", "says"),
+    [
+        (None, {"skipped": 1}, f"*store='postgres' needs {PG_URL_ENV}*"),
+        ("true", {"errors": 1}, f"*store='postgres' needs {PG_URL_ENV} (CI is set: *fails instead of skipping)*"),
+    ],
+    ids=["laptop-skips-visibly", "ci-fails"],
+)
+def test_store_postgres_without_a_database_url(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, ci: str | None, outcome: dict[str, int], says: str
+) -> None:
+    if ci is None:
+        monkeypatch.delenv("CI", raising=False)
+    else:
+        monkeypatch.setenv("CI", ci)
     pytester.makepyfile(
         """
         import pytest
@@ -170,15 +184,24 @@ def test_store_postgres_without_a_database_url_skips_visibly(pytester: pytest.Py
         """
     )
     result = pytester.runpytest("-rs")
-    result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines([f"*store='postgres' needs {PG_URL_ENV}*"])
+    result.assert_outcomes(**outcome)
+    result.stdout.fnmatch_lines([says])
+
+
+def test_the_report_header_says_when_auto_falls_back_to_sqlite(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_it(): pass")
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"safe-effects: store='auto' falls back to SQLite ({PG_URL_ENV} is unset)"])
 
 
 @pytest.mark.postgres
+@pytest.mark.parametrize("own_schema", ["", "schema=se_test_unused"], ids=["plain", "with-schema"])
 def test_with_a_database_url_each_test_gets_a_schema_dropped_afterwards(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, pg_url: str
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, pg_url: str, own_schema: str
 ) -> None:
-    monkeypatch.setenv(PG_URL_ENV, pg_url)
+    url = f"{pg_url}{'&' if '?' in pg_url else '?'}{own_schema}" if own_schema else pg_url
+    monkeypatch.setenv(PG_URL_ENV, url)  # a store URL may name a schema: each test's own replaces it
     pytester.makepyfile(
         """
         import pytest
@@ -194,9 +217,64 @@ def test_with_a_database_url_each_test_gets_a_schema_dropped_afterwards(
             assert isinstance(safe_ledger.store, SQLiteStore)
         """
     )
-    pytester.runpytest().assert_outcomes(passed=2)
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines([f"safe-effects: store='auto' uses PostgreSQL ({PG_URL_ENV} is set)"])
     schema = (pytester.path / "schema.txt").read_text()
     with psycopg.connect(pg_url) as conn:
         found = conn.execute("SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", (schema,)).fetchall()
     assert schema.startswith("se_plugin_")
     assert found == []
+
+
+def test_a_marker_crash_point_never_hit_fails_the_test_at_teardown(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+        from safe_effects import SimulatedCrash
+        from stripe_safe import StripeClient
+
+        @pytest.mark.safe_effects(crash_at=["before_dispatch", "during_receipt_persist"])
+        def test_it(safe_ledger, fake_stripe):
+            client = StripeClient("sk_test_1", ledger=safe_ledger, base_addresses={"api": fake_stripe.url})
+            with pytest.raises(SimulatedCrash):  # the first point ends the call: the second is never reached
+                client.v1.customers.create(params={"email": "a@b.c"}, options={"idempotency_key": "c:1:create:v1"})
+
+        @pytest.mark.safe_effects(crash_at=["before_dispatch", "during_receipt_persist"], assert_all_fired=False)
+        def test_opted_out(safe_ledger):
+            pass
+        """
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(
+        ["*1 fault(s) set up by this test never fired:", "*- safe_ledger crash_at: during_receipt_persist"]
+    )
+    result.stdout.no_fnmatch_line("*crash_at: before_dispatch*")
+
+
+def test_a_drop_trap_is_taken_off_a_long_lived_fake_even_when_its_test_failed(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest, urllib.request
+        from safe_effects.testing import FakeHTTPServer, FakeResponse
+
+        @pytest.fixture(scope="module")
+        def server():
+            with FakeHTTPServer(lambda r: FakeResponse(200, b"ok", committed=True)) as s:
+                yield s
+
+        def test_arms_a_trap_and_fails(safe_crash, server):
+            safe_crash.at(server, "after_provider_accept")
+            safe_crash.at(server, "after_dispatch")
+            raise AssertionError("the real failure")
+
+        def test_the_next_test_is_answered(server):
+            request = urllib.request.Request(server.url + "/x", data=b"{}", method="POST")
+            assert urllib.request.urlopen(request, timeout=5).read() == b"ok"
+            assert server.pending_faults() == []
+        """
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*the real failure*"])

@@ -20,11 +20,17 @@ from ._scenarios import CASSETTES, SENDGRID_SEND, STRIPE_CREATE, collect_invoice
         ("request_lost", "request_lost", 0),
         ("timeout", "timeout", 0),
         ("503", "status", 503),
+        (429, "status", 429),
     ],
 )
-def test_faults_are_named_by_a_short_string(spec: str, kind: ReplayFaultKind, status: int) -> None:
+def test_faults_are_named_by_a_short_string_or_a_status(spec: str | int, kind: ReplayFaultKind, status: int) -> None:
     fault = ReplayFault.parse(spec)
     assert (fault.kind, fault.status) == (kind, status)
+
+
+def test_a_fault_of_another_type_is_refused_with_a_type_error() -> None:
+    with pytest.raises(TypeError, match="a cassette fault is a name, a status or a ReplayFault, not float"):
+        ReplayFault.parse(429.0)  # type: ignore[arg-type]
 
 
 def test_an_unknown_fault_name_is_refused_with_the_valid_ones() -> None:
@@ -83,6 +89,17 @@ def test_recording_writes_no_credentials(tmp_path: Path, safe_ledger: Ledger) ->
     assert "POST" in recorded
     assert "SG.fake-key" not in recorded
     assert cassette.requests() == []  # recording serves nothing from the cassette
+
+
+def test_own_filter_headers_still_keep_credentials_out_of_a_recording(tmp_path: Path, safe_ledger: Ledger) -> None:
+    from sendgrid_safe.testing import FakeSendGrid
+
+    with FakeSendGrid() as fake, fault_cassette(tmp_path / "new.yaml", filter_headers=["user-agent"]):
+        email_invoice(sendgrid(safe_ledger, fake.url))
+    recorded = (tmp_path / "new.yaml").read_text()
+    assert "POST" in recorded
+    assert "SG.fake-key" not in recorded
+    assert "user-agent" not in recorded.lower()  # the user's own header is filtered as well
 
 
 def test_without_vcrpy_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

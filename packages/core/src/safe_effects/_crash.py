@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal
 
@@ -35,10 +35,14 @@ CrashAction = Literal["raise", "sigkill"]
 
 @dataclass(frozen=True, slots=True)
 class CrashPlan:
-    """Where to crash and how: raise :class:`SimulatedCrash`, or SIGKILL this very process."""
+    """Where to crash and how: raise :class:`SimulatedCrash`, or SIGKILL this very process.
+
+    The plan remembers which of its points were hit, so a test can tell a point that never fired.
+    """
 
     at: frozenset[CrashPoint] = frozenset()
     action: CrashAction = "raise"
+    _hits: set[CrashPoint] = field(default_factory=set, compare=False, repr=False)
 
     @classmethod
     def crash_at(cls, *points: CrashPoint | str, action: CrashAction = "raise") -> CrashPlan:
@@ -53,9 +57,19 @@ class CrashPlan:
             raise ValueError(f"SAFE_EFFECTS_CRASH_ACTION must be raise or sigkill, not {action!r}")
         return cls.crash_at(*points, action=action)  # type: ignore[arg-type]
 
+    @property
+    def fired(self) -> frozenset[CrashPoint]:
+        """The planned points that were hit (a raise or a kill happened there)."""
+        return frozenset(self._hits)
+
+    def unfired(self) -> list[CrashPoint]:
+        """The planned points never hit, in crash-window order."""
+        return [p for p in CrashPoint if p in self.at and p not in self._hits]
+
     def hit(self, point: CrashPoint) -> None:
         if point not in self.at:
             return
+        self._hits.add(point)
         if self.action == "sigkill":
             os.kill(os.getpid(), signal.SIGKILL)
         raise SimulatedCrash(point)

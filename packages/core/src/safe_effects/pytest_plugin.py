@@ -14,10 +14,16 @@ from ._plugin._fixtures import (
     safe_options,
     safe_store_url,
 )
-from ._plugin._hooks import pytest_configure, pytest_runtest_makereport, pytest_runtest_setup
+from ._plugin._hooks import (
+    pytest_configure,
+    pytest_report_header,
+    pytest_runtest_makereport,
+    pytest_runtest_setup,
+)
 
 __all__ = [
     "pytest_configure",
+    "pytest_report_header",
     "pytest_runtest_setup",
     "pytest_runtest_makereport",
     "safe_options",

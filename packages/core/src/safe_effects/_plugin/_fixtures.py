@@ -21,7 +21,7 @@ from safe_effects.testing._watch import FaultWatch
 
 from ._hooks import CALL_FAILED, OPTIONS
 from ._options import SafeEffectsOptions
-from ._stores import PG_URL_ENV, temporary_store_url
+from ._stores import PG_URL_ENV, on_ci, temporary_store_url
 
 FAST_RETRY = RetryPolicy(initial_wait=0.0, max_wait=0.1)  # no back-off; a Retry-After over 0.1 s defers
 QUICK_POLL = LeasePolicy(poll_interval=0.01)
@@ -66,15 +66,22 @@ def safe_store_url(safe_options: SafeEffectsOptions, tmp_path: Path) -> Iterator
     if kind == "auto":
         kind = "postgres" if pg_url else "sqlite"
     if kind == "postgres" and pg_url is None:
-        pytest.skip(f"store='postgres' needs {PG_URL_ENV}")
+        message = f"store='postgres' needs {PG_URL_ENV}"
+        if on_ci():  # PostgreSQL tests are mandatory on CI: a missing database must not pass as a skip
+            pytest.fail(f"{message} (CI is set: a PostgreSQL test fails instead of skipping)", pytrace=False)
+        pytest.skip(message)
     with temporary_store_url(kind, tmp_path, pg_url) as url:
         yield url
 
 
 @pytest.fixture
-def safe_ledger(safe_store_url: str, safe_clock: FakeClock, safe_options: SafeEffectsOptions) -> Iterator[Ledger]:
-    """A ledger on ``safe_store_url`` and ``safe_clock``: no retry waits, crash points from the marker's crash_at."""
+def safe_ledger(
+    safe_store_url: str, safe_clock: FakeClock, safe_options: SafeEffectsOptions, safe_faults: FaultWatch
+) -> Iterator[Ledger]:
+    """A ledger on ``safe_store_url`` and ``safe_clock``: no retry waits, crash points from the marker's crash_at
+    (a point never hit fails teardown like an unfired fault)."""
     crash_plan = CrashPlan.crash_at(*safe_options.crash_at)
+    safe_faults.watch("safe_ledger crash_at", lambda: [p.value for p in crash_plan.unfired()])
     ledger = Ledger.open(safe_store_url, clock=safe_clock, retry=FAST_RETRY, lease=QUICK_POLL, crash_plan=crash_plan)
     yield ledger
     ledger.close()

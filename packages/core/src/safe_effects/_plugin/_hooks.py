@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Generator
 
 import pytest
 
 from ._options import SafeEffectsOptions
+from ._stores import PG_URL_ENV
 
 OPTIONS = pytest.StashKey[SafeEffectsOptions]()
 CALL_FAILED = pytest.StashKey[bool]()
@@ -19,6 +21,13 @@ MARKER = (
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Say which store ``store='auto'`` tests get, so a silent fall-back to SQLite is visible in every run."""
+    if os.environ.get(PG_URL_ENV):
+        return f"safe-effects: store='auto' uses PostgreSQL ({PG_URL_ENV} is set)"
+    return f"safe-effects: store='auto' falls back to SQLite ({PG_URL_ENV} is unset)"
 
 
 @pytest.hookimpl(tryfirst=True)

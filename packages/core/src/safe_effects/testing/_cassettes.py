@@ -72,10 +72,14 @@ class ReplayFault:
         return cls(ReplayFaultKind.STATUS, status=status, headers=merged, body=_DEFAULT_ERROR if body is None else body)
 
     @classmethod
-    def parse(cls, spec: ReplayFault | str) -> ReplayFault:
-        """``"response_lost"``, ``"request_lost"``, ``"timeout"``, or a status such as ``"429"``."""
+    def parse(cls, spec: ReplayFault | str | int) -> ReplayFault:
+        """``"response_lost"``, ``"request_lost"``, ``"timeout"``, or a status such as ``"429"`` or ``429``."""
         if isinstance(spec, ReplayFault):
             return spec
+        if isinstance(spec, int) and not isinstance(spec, bool):
+            return cls.status_code(spec)
+        if not isinstance(spec, str):
+            raise TypeError(f"a cassette fault is a name, a status or a ReplayFault, not {type(spec).__name__}")
         if spec.isdigit():
             return cls.status_code(int(spec))
         simple = {"response_lost": cls.response_lost, "request_lost": cls.request_lost, "timeout": cls.timeout}
@@ -143,7 +147,7 @@ class CassetteReplay:
         self,
         path: str,
         interactions: Sequence[tuple[str, str]],
-        faults: Mapping[int, ReplayFault | str],
+        faults: Mapping[int, ReplayFault | str | int],
         *,
         idempotency_header: str | None,
         effect: EffectRule,
@@ -210,11 +214,17 @@ class CassetteReplay:
         return recorded
 
 
+def _with_secret_headers(given: Sequence[str | tuple[str, Any]]) -> list[str | tuple[str, Any]]:
+    """The user's ``filter_headers`` (names, or vcrpy's ``(name, replacement)``) plus every secret header."""
+    named = {(entry if isinstance(entry, str) else entry[0]).lower() for entry in given}
+    return [*given, *(secret for secret in _SECRET_HEADERS if secret not in named)]
+
+
 @contextmanager
 def fault_cassette(
     path: str | os.PathLike[str],
     *,
-    faults: Mapping[int, ReplayFault | str] | None = None,
+    faults: Mapping[int, ReplayFault | str | int] | None = None,
     record_mode: str = "once",
     idempotency_header: str | None = "Idempotency-Key",
     effect: EffectRule = write_succeeded,
@@ -222,8 +232,9 @@ def fault_cassette(
 ) -> Iterator[CassetteReplay]:
     """Use the vcrpy cassette at ``path`` (recording it when absent) with ``faults`` played on replay.
 
-    ``vcr_options`` go to ``vcr.VCR`` (``match_on``, ``before_record_request``...); credential headers are
-    filtered out of recordings unless ``filter_headers`` says otherwise.
+    ``vcr_options`` go to ``vcr.VCR`` (``match_on``, ``before_record_request``...); credential headers
+    (``authorization``, ``x-amz-security-token``) are always filtered out of recordings, in addition to any
+    ``filter_headers`` given.
     """
     try:
         import vcr  # noqa: PLC0415  # optional extra, imported only when a cassette is used
@@ -231,7 +242,7 @@ def fault_cassette(
         raise MissingDependency("vcrpy", "testing") from error
     from ._vcr_cassette import FaultInjectingCassette  # noqa: PLC0415  # subclasses vcrpy's Cassette
 
-    vcr_options.setdefault("filter_headers", _SECRET_HEADERS)
+    vcr_options["filter_headers"] = _with_secret_headers(vcr_options.get("filter_headers", ()))
     config = vcr.VCR(record_mode=record_mode, **vcr_options).get_merged_config(path=os.fspath(path))
     with FaultInjectingCassette.use(**config) as cassette:
         if faults and not cassette.rewound:

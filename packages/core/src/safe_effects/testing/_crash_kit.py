@@ -4,7 +4,8 @@ The executor's own points (before_dispatch, after_response, during_receipt_persi
 :class:`~safe_effects.CrashPlan`. The provider-side points happen inside a fake: ``after_dispatch`` when the
 request arrived, ``after_provider_accept`` once it committed. A trap there either SIGKILLs a worker process
 (``pid=``) or, for a caller in this process, drops the connection at that point (a hook cannot raise into
-the caller's thread; a dropped connection is what a crashed provider looks like from there).
+the caller's thread; a dropped connection is what a crashed provider looks like from there). Either way an
+``after_provider_accept`` trap fires only on a request the provider committed (not on a refusal or a replay).
 """
 
 from __future__ import annotations
@@ -38,14 +39,19 @@ class Trap:
 
     @property
     def fired(self) -> bool:
+        """Did the trap act on a request? (A drop fault cleared from the fake's queue did not.)"""
         if self.fault is not None:
-            return all(pending is not self.fault for pending in self.server.pending_faults())
+            return self.fault.times_fired > 0
         return self._fired
 
     def disarm(self) -> None:
-        """After the test: a late request must not kill anything."""
+        """After the test: a late request must not kill anything, nor be dropped by this trap's fault."""
         with self._lock:
             self._armed = False
+        if self.fault is not None:
+            self.server.remove_fault(self.fault)
+        else:
+            self.server.remove_hook(self._kill)
 
     def _kill(self, request: FakeRequest) -> None:
         if self.method not in (None, request.method) or not request.path.startswith(self.path_prefix):
@@ -68,7 +74,12 @@ class CrashKit:
 
     @staticmethod
     def plan(*points: CrashPoint | str, action: CrashAction = "raise") -> CrashPlan:
-        """For ``Ledger(crash_plan=...)`` in this process: ``raise`` (``sigkill`` would end the test run)."""
+        """For ``Ledger(crash_plan=...)`` in this process: ``raise`` only (``sigkill`` would end the test run)."""
+        if action != "raise":
+            raise ValueError(
+                f"refusing action={action!r} for a plan in the test process (sigkill would end the test run): "
+                "use worker_env(...) for a worker process"
+            )
         return CrashPlan.crash_at(*points, action=action)
 
     @staticmethod
@@ -98,7 +109,8 @@ class CrashKit:
         fault = None
         if pid is None:
             drop = Fault.drop_before_commit if point is CrashPoint.AFTER_DISPATCH else Fault.drop_after_commit
-            fault = drop(method=method, path_prefix=path_prefix)
+            committed_only = point is CrashPoint.AFTER_PROVIDER_ACCEPT  # like the pid form's commit hook
+            fault = drop(method=method, path_prefix=path_prefix, committed_only=committed_only)
         trap = Trap(point, method, path_prefix, pid, server, fault)
         if fault is not None:
             server.inject(fault)
@@ -114,5 +126,6 @@ class CrashKit:
         return [t.fault if t.fault is not None else t for t in self._traps if not t.fired]
 
     def disarm(self) -> None:
+        """Disarm every trap and take their drop faults off the fakes (a long-lived fake serves the next test)."""
         for trap in self._traps:
             trap.disarm()

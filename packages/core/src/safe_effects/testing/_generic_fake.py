@@ -1,9 +1,10 @@
 """A provider-neutral fake and its adapter, to test the executor without any SDK.
 
 The fake keeps its state in a SQLite file so several worker processes (and the test that kills them) see
-one provider. It records every request, dedupes by key when told to (forgetting keys after ``retention``),
-and fails on demand. Crash points on the provider's side of the wire are hit here: ``after_dispatch`` when
-the request arrived, ``after_provider_accept`` once the effect is committed.
+one provider. It records every request, dedupes by key when told to (forgetting keys after ``retention``;
+a same-key request with other params is refused, as Stripe refuses it), and fails on demand. Crash points
+on the provider's side of the wire are hit here: ``after_dispatch`` when the request arrived,
+``after_provider_accept`` once the effect is committed.
 """
 
 from __future__ import annotations
@@ -65,6 +66,14 @@ class FakeDeclined(Exception):
 
 class FakeServerError(Exception):
     """A 500: the provider may or may not have acted."""
+
+
+class FakeParamsMismatch(FakeDeclined):
+    """A remembered key reused with other params: refused before acting (Stripe's 400 ``idempotency_error``)."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(f"key {key!r} was first used with other parameters")
 
 
 _SCHEMA = """
@@ -155,7 +164,10 @@ class GenericFakeProvider:
                 existing = self._remembered(db, key, now)
                 if existing is not None:
                     db.execute("COMMIT")
-                    return existing
+                    result_id, first_digest = existing
+                    if first_digest != digest:  # strict parameter matching, as the contract declares
+                        raise FakeParamsMismatch(key)
+                    return result_id
             seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM effects").fetchone()[0]
             result_id = f"fx_{seq}"
             db.execute(
@@ -167,13 +179,16 @@ class GenericFakeProvider:
         finally:
             db.close()
 
-    def _remembered(self, db: sqlite3.Connection, key: str, now: datetime) -> str | None:
-        row = db.execute("SELECT result_id, at FROM effects WHERE key = ? ORDER BY seq LIMIT 1", (key,)).fetchone()
+    def _remembered(self, db: sqlite3.Connection, key: str, now: datetime) -> tuple[str, str] | None:
+        """(result id, params digest) of the key's newest effect, unless the key was forgotten since."""
+        row = db.execute(
+            "SELECT result_id, digest, at FROM effects WHERE key = ? ORDER BY seq DESC LIMIT 1", (key,)
+        ).fetchone()
         if row is None:
             return None
-        if self.retention is not None and datetime.fromisoformat(row[1]) + self.retention <= now:
+        if self.retention is not None and datetime.fromisoformat(row[2]) + self.retention <= now:
             return None
-        return str(row[0])
+        return str(row[0]), str(row[1])
 
     def effects(self, key: str | None = None) -> list[FakeEffect]:
         """Every effect the provider committed (optionally for one key): the provider's side of the truth."""
@@ -249,6 +264,8 @@ class GenericFakeAdapter:
             return Verdict.of(error, Outcome.RETRYABLE, "refused")
         if isinstance(error, FakeRateLimited):
             return Verdict.of(error, Outcome.RETRYABLE, "rate_limited", retry_after=error.retry_after)
+        if isinstance(error, FakeParamsMismatch):
+            return Verdict.of(error, Outcome.FINAL, "idempotency_mismatch")
         if isinstance(error, FakeDeclined):
             return Verdict.of(error, Outcome.FINAL, "declined")
         return Verdict.of(error, Outcome.UNKNOWN)

@@ -2,8 +2,8 @@
 
 A provider fake supplies one ``handler(FakeRequest) -> FakeResponse`` holding its rules and state (moto's
 split: state and rules in the handler, wire and faults here). Faults are queued and matched by method and
-path prefix; each fires ``times`` times. Hooks fire when a request arrives and when it committed an effect,
-so a test can SIGKILL a worker at exactly those moments.
+path prefix; each fires ``times`` times and counts how often it did (``Fault.times_fired``). Hooks fire when
+a request arrives and when it committed an effect, so a test can SIGKILL a worker at exactly those moments.
 """
 
 from __future__ import annotations
@@ -65,6 +65,31 @@ class FaultKind(StrEnum):
     STATUS_AFTER_COMMIT = "status_after_commit"  # handler runs, then an error status is answered
 
 
+_AFTER_HANDLER = frozenset(
+    {
+        FaultKind.DROP_AFTER_COMMIT,
+        FaultKind.RESET_AFTER_COMMIT,
+        FaultKind.DELAY,
+        FaultKind.CUT_BODY,
+        FaultKind.STATUS_AFTER_COMMIT,
+    }
+)
+
+
+class _Firings:
+    """How often a fault fired: kept by the fault itself, so clearing a queue never makes it look fired."""
+
+    __slots__ = ("count", "lock")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.lock = threading.Lock()
+
+    def add(self) -> None:
+        with self.lock:
+            self.count += 1
+
+
 @dataclass(frozen=True, slots=True)
 class Fault:
     kind: FaultKind
@@ -75,6 +100,18 @@ class Fault:
     times: int = 1
     method: str | None = "POST"
     path_prefix: str = "/"
+    # only a request the handler committed (an effect) fires it; others pass untouched and leave it queued
+    committed_only: bool = False
+    _firings: _Firings = field(default_factory=_Firings, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.committed_only and self.kind not in _AFTER_HANDLER:
+            raise ValueError(f"committed_only needs a fault that lets the handler run, not {self.kind.value}")
+
+    @property
+    def times_fired(self) -> int:
+        """How many requests this fault has fired on (a queue cleared by ``reset()`` does not change it)."""
+        return self._firings.count
 
     @classmethod
     def status_code(
@@ -180,6 +217,11 @@ class FakeHTTPServer:
         with self._lock:
             self._faults.clear()
 
+    def remove_fault(self, fault: Fault) -> None:
+        """Take ``fault`` (this very object) out of the queue, whether or not it fired."""
+        with self._lock:
+            self._faults[:] = [entry for entry in self._faults if entry[0] is not fault]
+
     def pending_faults(self) -> list[Fault]:
         """Faults that have not fired (yet): a test can assert it used every fault it set up."""
         with self._lock:
@@ -194,6 +236,12 @@ class FakeHTTPServer:
     def clear_hooks(self) -> None:
         self._on_received.clear()
         self._on_committed.clear()
+
+    def remove_hook(self, hook: Hook) -> None:
+        """Forget ``hook`` (arrival or commit), so a long-lived server does not keep a finished test's hooks."""
+        for hooks in (self._on_received, self._on_committed):
+            with contextlib.suppress(ValueError):
+                hooks.remove(hook)
 
     @property
     def exchanges(self) -> list[Exchange]:
@@ -215,16 +263,18 @@ class FakeHTTPServer:
             self._arrivals.append(request)
             return request
 
-    def _take_fault(self, request: FakeRequest) -> Fault | None:
+    def _take_fault(self, request: FakeRequest, *, committed: bool = False) -> Fault | None:
+        """The first queued fault matching ``request``; ``committed``: only faults waiting for a commit."""
         with self._lock:
             for entry in self._faults:
-                fault, remaining = entry
-                if fault.matches(request):
-                    if remaining <= 1:
+                fault: Fault = entry[0]
+                if fault.committed_only is committed and fault.matches(request):
+                    if entry[1] <= 1:
                         self._faults.remove(entry)
                     else:
-                        entry[1] = remaining - 1
-                    return fault  # type: ignore[no-any-return]
+                        entry[1] -= 1
+                    fault._firings.add()
+                    return fault
         return None
 
     def _record(self, exchange: Exchange) -> None:
@@ -233,7 +283,7 @@ class FakeHTTPServer:
 
     def _serve(self, request: FakeRequest) -> tuple[Fault | None, FakeResponse | None]:
         """Apply faults around the handler. Returns the fault and the response to write (None: drop)."""
-        for hook in self._on_received:
+        for hook in list(self._on_received):
             hook(request)
         fault = self._take_fault(request)
         if fault is not None and fault.kind is FaultKind.STATUS:
@@ -245,8 +295,10 @@ class FakeHTTPServer:
             return fault, None
         response = self._handler(request)
         if response.committed:
-            for hook in self._on_committed:
+            for hook in list(self._on_committed):
                 hook(request)
+            if fault is None:
+                fault = self._take_fault(request, committed=True)
         if fault is None:
             self._record(Exchange(request, response.status, None, response.committed))
             return None, response

@@ -126,7 +126,12 @@ class FakeStripe:
         return self.server.requests(method, path_prefix)
 
     def effect_count(self, operation: str) -> int:
-        """How many requests changed provider state for ``operation`` (replays and refusals excluded)."""
+        """How many requests changed provider state for ``operation`` (replays and refusals excluded).
+
+        An operation this fake does not serve is refused, so a typo cannot make an assertion vacuous."""
+        known = self._writes()
+        if operation not in known:
+            raise ValueError(f"FakeStripe serves no operation {operation!r}; known: {', '.join(sorted(known))}")
         with self._lock:
             return self._effects[operation]
 
