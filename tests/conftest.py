@@ -6,10 +6,11 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from safe_effects import Store, open_store
+from safe_effects import Ledger, Store, open_store
 
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -75,3 +76,20 @@ def store(store_url: str) -> Iterator[Store]:
     opened = open_store(store_url)
     yield opened
     opened.close()
+
+
+@pytest.fixture
+def open_ledger(store_url: str) -> Iterator[Callable[..., Ledger]]:
+    """``Ledger.open(store_url, **options)`` for each worker a test needs; all closed after the test.
+
+    A PostgreSQL pool left to the garbage collector warns (an error here) at a moment no test controls.
+    """
+    opened: list[Ledger] = []
+
+    def make(**options: Any) -> Ledger:
+        opened.append(Ledger.open(store_url, **options))
+        return opened[-1]
+
+    yield make
+    for ledger in opened:
+        ledger.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,20 +54,20 @@ class Env:
     ledger: Ledger
     fake: GenericFakeProvider
     clock: FakeClock
-    url: str
+    open: Callable[..., Ledger]
 
     def refunds(self) -> list[str]:
         return [effect.key for effect in self.fake.effects() if "refund" in effect.key]
 
     def other_worker(self) -> Ledger:
-        return Ledger.open(self.url, clock=self.clock, retry=NO_WAIT)
+        return self.open(clock=self.clock, retry=NO_WAIT)
 
 
 @pytest.fixture
-def env(store_url: str, tmp_path: Path) -> Env:
+def env(open_ledger: Callable[..., Ledger], tmp_path: Path) -> Env:
     clock = FakeClock()
     fake = GenericFakeProvider(tmp_path / "fake.db", clock=clock)
-    return Env(Ledger.open(store_url, clock=clock, retry=NO_WAIT), fake, clock, store_url)
+    return Env(open_ledger(clock=clock, retry=NO_WAIT), fake, clock, open_ledger)
 
 
 def test_two_racing_compensations_with_different_keys_refund_once(env: Env) -> None:
@@ -174,7 +175,7 @@ def test_the_worker_that_sent_the_refund_gets_its_receipt_when_another_caller_ma
             answered.append(other.compensate(adapter, REFUND, original_key=KEY, compensating_key=REFUND_1))
         return env.clock()
 
-    sender = Ledger.open(env.url, clock=interleaving_clock, retry=NO_WAIT)
+    sender = env.open(clock=interleaving_clock, retry=NO_WAIT)
     sender.execute(adapter, CHARGE, intent_key=KEY)
 
     receipt = sender.compensate(adapter, REFUND, original_key=KEY, compensating_key=REFUND_1)

@@ -8,6 +8,7 @@ SQLite and PostgreSQL.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -38,17 +39,18 @@ from safe_effects.testing import (
 )
 
 CHARGE = EffectRequest(operation="charge", params={"amount": 2000})
+OpenLedger = Callable[..., Ledger]  # the open_ledger fixture: Ledger.open on this test's store, closed after
 NO_WAIT = RetryPolicy(initial_wait=0.0, max_wait=0.05)
 
 
-def test_one_workers_late_responses_on_two_intents_are_both_kept(store_url: str, tmp_path: Path) -> None:
+def test_one_workers_late_responses_on_two_intents_are_both_kept(open_ledger: OpenLedger, tmp_path: Path) -> None:
     """Late-response evidence is named per intent: the second one is not dropped as a duplicate of the first."""
     clock = FakeClock()
     fake = GenericFakeProvider(tmp_path / "fake.db", dedupe=False, clock=clock)
     contract = generic_contract(dedupe=False)
     plain = GenericFakeAdapter(fake, contract, lookups_enabled=False)
-    slow_worker = Ledger.open(store_url, clock=clock, retry=NO_WAIT, worker_id="worker-a")
-    taker = Ledger.open(store_url, clock=clock, retry=NO_WAIT, worker_id="worker-b")
+    slow_worker = open_ledger(clock=clock, retry=NO_WAIT, worker_id="worker-a")
+    taker = open_ledger(clock=clock, retry=NO_WAIT, worker_id="worker-b")
 
     class AnswersAfterTakeover(GenericFakeAdapter):
         """The provider acts, but the answer arrives after the lease ran out and another worker took over."""
@@ -72,15 +74,17 @@ def test_one_workers_late_responses_on_two_intents_are_both_kept(store_url: str,
         assert slow_worker.get(key).status is EffectStatus.CONFIRMED
 
 
-def test_a_superseded_attempts_late_decline_does_not_reject_a_later_send(store_url: str, tmp_path: Path) -> None:
+def test_a_superseded_attempts_late_decline_does_not_reject_a_later_send(
+    open_ledger: OpenLedger, tmp_path: Path
+) -> None:
     """No keys, lookups that prove absence: B resends after A's lease ran out; A's decline is about A's request."""
     key = "order:o_1:notify:v1"
     clock = FakeClock()
     fake = GenericFakeProvider(tmp_path / "fake.db", dedupe=False, clock=clock)
     contract = generic_contract(dedupe=False, lookup_proves_absence=True)
     plain = GenericFakeAdapter(fake, contract)
-    worker_a = Ledger.open(store_url, clock=clock, retry=NO_WAIT, worker_id="a")
-    worker_b = Ledger.open(store_url, clock=clock, retry=NO_WAIT, worker_id="b")
+    worker_a = open_ledger(clock=clock, retry=NO_WAIT, worker_id="a")
+    worker_b = open_ledger(clock=clock, retry=NO_WAIT, worker_id="b")
     fake.fail_next(FakeFailure.DECLINED, FakeFailure.LOST_AFTER_COMMIT)
 
     class DeclinesLate(GenericFakeAdapter):
@@ -121,11 +125,11 @@ class Reopened:
 
 
 @pytest.fixture
-def reopened(store_url: str, tmp_path: Path) -> Reopened:
+def reopened(open_ledger: OpenLedger, tmp_path: Path) -> Reopened:
     clock = FakeClock()
     fake = GenericFakeProvider(tmp_path / "fake.db", dedupe=True, retention=timedelta(hours=24), clock=clock)
     env = Reopened(
-        Ledger.open(store_url, clock=clock, retry=NO_WAIT),
+        open_ledger(clock=clock, retry=NO_WAIT),
         fake,
         LaggingSearch(fake, generic_contract(dedupe=True, lookup_proves_absence=True)),
         clock,
@@ -161,7 +165,7 @@ def test_an_intent_reopened_inside_the_key_window_is_resent_inside_it(reopened: 
     assert len(reopened.fake.requests()) == 2
 
 
-def test_no_retry_starts_after_max_total_seconds(store_url: str, tmp_path: Path) -> None:
+def test_no_retry_starts_after_max_total_seconds(open_ledger: OpenLedger, tmp_path: Path) -> None:
     clock = FakeClock()
     fake = GenericFakeProvider(tmp_path / "fake.db", clock=clock)
     starts: list[float] = []
@@ -172,7 +176,7 @@ def test_no_retry_starts_after_max_total_seconds(store_url: str, tmp_path: Path)
             return super().dispatch(request, provider_key)
 
     policy = RetryPolicy(max_attempts=10, max_total_seconds=0.3, initial_wait=0.25, max_wait=0.25)
-    ledger = Ledger.open(store_url, clock=clock, retry=policy)
+    ledger = open_ledger(clock=clock, retry=policy)
     fake.fail_next(*[FakeFailure.REFUSED] * 10)
 
     with pytest.raises(EffectDeferred):
@@ -188,14 +192,14 @@ def test_no_retry_starts_after_max_total_seconds(store_url: str, tmp_path: Path)
     "order", [("accepts", "rejects"), ("rejects", "accepts")], ids=["accept-first", "reject-first"]
 )
 def test_an_acceptance_then_a_rejection_rejects_in_either_order(
-    store_url: str, tmp_path: Path, order: tuple[str, str]
+    open_ledger: OpenLedger, tmp_path: Path, order: tuple[str, str]
 ) -> None:
     """SES publishes Send, then Reject (a virus found after acceptance): a queue may deliver them either way."""
     key = "order:o_1:receipt:v1"
     clock = FakeClock()
     fake = GenericFakeProvider(tmp_path / "fake.db", dedupe=False, clock=clock)
     adapter = GenericFakeAdapter(fake, generic_contract(dedupe=False), lookups_enabled=False)
-    ledger = Ledger.open(store_url, clock=clock, retry=NO_WAIT)
+    ledger = open_ledger(clock=clock, retry=NO_WAIT)
     fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
     with pytest.raises(EffectUnknown):
         ledger.execute(adapter, CHARGE, intent_key=key)
@@ -209,13 +213,15 @@ def test_an_acceptance_then_a_rejection_rejects_in_either_order(
     assert len(fake.requests()) == 1
 
 
-def test_an_acceptance_alone_confirms_once_the_rejection_window_has_passed(store_url: str, tmp_path: Path) -> None:
+def test_an_acceptance_alone_confirms_once_the_rejection_window_has_passed(
+    open_ledger: OpenLedger, tmp_path: Path
+) -> None:
     key = "order:o_1:receipt:v1"
     clock = FakeClock()
     fake = GenericFakeProvider(tmp_path / "fake.db", dedupe=False, clock=clock)
     contract = generic_contract(dedupe=False)
     adapter = GenericFakeAdapter(fake, contract, lookups_enabled=False)
-    ledger = Ledger.open(store_url, clock=clock, retry=NO_WAIT)
+    ledger = open_ledger(clock=clock, retry=NO_WAIT)
     fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
     with pytest.raises(EffectUnknown):
         ledger.execute(adapter, CHARGE, intent_key=key)
