@@ -167,7 +167,7 @@ class SendGridFake(_ServedFake):
         from sendgrid_safe import ingest_events
 
         [message] = self.fake.messages
-        body, headers = self.fake.webhook_request(self.fake.events(message, kinds=("processed",)))
+        body, headers = self.fake.webhook_request(self.fake.events(message, kinds=("delivered",)))
         report = ingest_events(ledger, body, headers, public_key=self.fake.signer.public_key)
         assert report.recorded == 1, report
 
@@ -236,12 +236,12 @@ class SesFake:
         """SES has no retention window and nothing to look up by tag: time changes nothing on its side."""
 
     def deliver_event(self, ledger: Ledger) -> None:
-        """The SES 'Send' event SNS -> SQS would deliver, tagged as the wrapper tagged the request."""
+        """The SES 'Delivery' event SNS -> SQS would deliver, tagged as the wrapper tagged the request."""
         from ses_safe import IngestOutcome, ingest_event
         from ses_safe.testing import ses_event, sns_envelope
 
         [message_id] = self.effect_ids()
         wire: dict[str, Any] = json.loads(self.proxy.sends()[-1].body)
         tags = {tag["Name"]: tag["Value"] for tag in wire["EmailTags"]}
-        result = ingest_event(ledger, sns_envelope(ses_event("Send", message_id=message_id, tags=tags)))
+        result = ingest_event(ledger, sns_envelope(ses_event("Delivery", message_id=message_id, tags=tags)))
         assert result.outcome is IngestOutcome.RECORDED, result

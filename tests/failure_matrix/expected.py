@@ -128,8 +128,8 @@ _SENT_UNKNOWN = (
     "(no idempotency) and its lookup finds nothing yet ({lookup}), so the intent stays unknown; the "
     "provider's event ({event}) settles it confirmed, as the test then checks"
 )
-_SG = {"p": "SendGrid", "lookup": "Email Activity lags", "event": "Event Webhook 'processed'"}
-_SES = {"p": "SES", "lookup": "no MessageId to ask insights for", "event": "SES 'Send' event via SNS/SQS"}
+_SG = {"p": "SendGrid", "lookup": "Email Activity lags", "event": "Event Webhook 'delivered'"}
+_SES = {"p": "SES", "lookup": "no MessageId to ask insights for", "event": "SES 'Delivery' event via SNS/SQS"}
 
 
 def _row(case: Case, stripe: Cell, sendgrid: Cell, ses: Cell) -> dict[tuple[Case, str], Cell]:
@@ -179,7 +179,7 @@ EXPECTED: dict[tuple[Case, str], Cell] = {
             why="the worker held the 202 and died before writing it down: what the provider did is known "
             "only to the dead process, so the ledger says unknown, not confirmed; the webhook event settles it",
         ),
-        _killed("ses", 1, 1, why="as SendGrid: the MessageId died with the worker; the Send event settles it"),
+        _killed("ses", 1, 1, why="as SendGrid: the MessageId died with the worker; the Delivery event settles it"),
     ),
     **_row(
         Case.DURING_RECEIPT_PERSIST,
@@ -224,7 +224,7 @@ EXPECTED: dict[tuple[Case, str], Cell] = {
             why="SendGrid accepted while the client gave up; the retry does not resend and the activity lookup "
             "finds nothing yet: unknown until the webhook event",
         ),
-        Cell((UNKNOWN, UNKNOWN), 1, 1, None, SES_EVENT, why="as SendGrid; the SES Send event settles it"),
+        Cell((UNKNOWN, UNKNOWN), 1, 1, None, SES_EVENT, why="as SendGrid; the SES Delivery event settles it"),
     ),
     **_row(
         Case.RATE_LIMITED,
@@ -288,7 +288,7 @@ EXPECTED: dict[tuple[Case, str], Cell] = {
             why="the dangerous 500: SendGrid queued the message, then answered 500. Classified unknown (not "
             "failed, not retried), so the caller's retry does not send a second copy; the webhook event settles it",
         ),
-        Cell((UNKNOWN, UNKNOWN), 1, 1, None, SES_EVENT, why="as SendGrid; the SES Send event settles it"),
+        Cell((UNKNOWN, UNKNOWN), 1, 1, None, SES_EVENT, why="as SendGrid; the SES Delivery event settles it"),
     ),
     **_row(
         Case.RETRY_AFTER_WINDOW,
@@ -316,7 +316,7 @@ EXPECTED: dict[tuple[Case, str], Cell] = {
             None,
             SES_EVENT,
             why="SES has no window and no lookup without a MessageId: however late the retry, it does not "
-            "resend; the Send event settles it",
+            "resend; the Delivery event settles it",
         ),
     ),
 }

@@ -125,7 +125,7 @@ def test_two_tenants_sharing_an_intent_key_are_settled_apart(
     tag = intent_tag(IntentKey.parse(KEY))
 
     result = ingest_event(
-        env.ledger, sns_envelope(ses_event("Send", message_id=acme_id, tags=intent_tags(tag, "acme")))
+        env.ledger, sns_envelope(ses_event("Delivery", message_id=acme_id, tags=intent_tags(tag, "acme")))
     )
 
     assert result.outcome is IngestOutcome.RECORDED

@@ -46,7 +46,7 @@ def lose_response(env: Any, v2_email: dict[str, Any], fault: Fault | None = None
 
 @pytest.mark.parametrize("fault", LOST_RESPONSES.values(), ids=LOST_RESPONSES.keys())
 def test_lost_response_is_unknown_not_resent_then_confirmed_by_the_send_event(
-    env: Any, queue: tuple[Any, str], v2_email: dict[str, Any], fault: Fault
+    env: Any, queue: tuple[Any, str], v2_email: dict[str, Any], fault: Fault, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     message_id = lose_response(env, v2_email, fault)
     with pytest.raises(EffectUnknown):  # the retry reconciles instead of sending again
@@ -57,8 +57,13 @@ def test_lost_response_is_unknown_not_resent_then_confirmed_by_the_send_event(
     publish(queue, "Send", message_id, wire_tags(env.proxy))
     poller = ses_safe.SQSEventPoller(env.ledger, *queue)
     poller.poll_once()
-
     assert poller.counts == {"recorded": 1}
+    assert env.ledger.get(KEY).status is EffectStatus.UNKNOWN  # accepted: a Reject may still follow
+    window = env.sesv2.adapter.contract_for(env.ledger.get(KEY).operation).rejection_window
+    now = env.ledger.clock()
+    monkeypatch.setattr(env.ledger, "clock", lambda: now + window)  # the reconciler's run once it has passed
+    env.ledger.reconcile(env.sesv2.adapter, intent_key=KEY)
+
     record = env.ledger.get(KEY)
     assert record.status is EffectStatus.CONFIRMED
     assert record.provider_result_id == message_id
@@ -98,7 +103,21 @@ def test_reject_event_settles_an_unknown_send_as_rejected(
     assert len(env.sent()) == 1  # SES accepted the call, then rejected the message: nothing was delivered
 
 
-def test_v1_body_cut_mid_way_is_unknown_until_the_send_event(
+@pytest.mark.parametrize("order", [("Send", "Reject"), ("Reject", "Send")], ids=["send-first", "reject-first"])
+def test_send_then_reject_rejects_in_either_order(
+    env: Any, queue: tuple[Any, str], v2_email: dict[str, Any], order: tuple[str, str]
+) -> None:
+    """SES publishes Send, then Reject (a virus found after acceptance); a standard queue may swap them."""
+    message_id = lose_response(env, v2_email)
+    for kind in order:
+        publish(queue, kind, message_id, wire_tags(env.proxy))
+        ses_safe.SQSEventPoller(env.ledger, *queue).poll_once()
+
+    assert env.ledger.get(KEY).status is EffectStatus.REJECTED
+    assert len(env.proxy.sends()) == 1
+
+
+def test_v1_body_cut_mid_way_is_unknown_until_the_delivery_event(
     env: Any, queue: tuple[Any, str], v1_email: dict[str, Any]
 ) -> None:
     env.proxy.inject(Fault.cut_body())
@@ -107,7 +126,7 @@ def test_v1_body_cut_mid_way_is_unknown_until_the_send_event(
     [sent] = env.sent()
     form = parse_qs(env.proxy.sends()[0].body.decode())
     tags = {form[f"Tags.member.{i}.Name"][0]: form[f"Tags.member.{i}.Value"][0] for i in (1, 2)}
-    publish(queue, "Send", sent["id"], tags)
+    publish(queue, "Delivery", sent["id"], tags)
     ses_safe.SQSEventPoller(env.ledger, *queue).poll_once()
 
     assert env.ledger.get(KEY).provider_result_id == sent["id"]

@@ -220,14 +220,17 @@ def message_id_of(sg_message_id: str) -> str:
     return head if sep else sg_message_id.partition(".")[0]
 
 
-CONFIRMING_EVENTS = frozenset({"processed", "deferred", "delivered", "bounce"})
+CONFIRMING_EVENTS = frozenset({"deferred", "delivered", "bounce"})  # SendGrid tried to deliver: the mail went out
 
 
 def event_verdict(event: Mapping[str, Any]) -> EvidenceVerdict:
-    """Delivery events prove SendGrid took the request; a drop rejects only a single-recipient message."""
+    """Delivery events prove the mail went out; ``processed`` only that SendGrid took it (a drop may still
+    follow, see the contract's rejection_window); a drop rejects only a single-recipient message."""
     kind = event.get("event")
     if kind in CONFIRMING_EVENTS:
         return EvidenceVerdict.CONFIRMS
+    if kind == "processed":
+        return EvidenceVerdict.ACCEPTS
     if kind == "dropped" and event.get(RECIPIENTS_ARG) == "1":
         return EvidenceVerdict.REJECTS
     return EvidenceVerdict.INFORMATIONAL

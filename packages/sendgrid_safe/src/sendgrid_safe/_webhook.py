@@ -94,7 +94,7 @@ def parse_event(event: Any, received_at: datetime) -> Evidence | Literal["foreig
         return "malformed"
     if not isinstance(event_id, str) or not (sg_message_id is None or isinstance(sg_message_id, str)):
         return "malformed"
-    if verdict is EvidenceVerdict.CONFIRMS and not sg_message_id:
+    if verdict in (EvidenceVerdict.CONFIRMS, EvidenceVerdict.ACCEPTS) and not sg_message_id:
         return "malformed"  # a delivery event without the message id confirms nothing we can cite
     return Evidence(
         tenant=tenant,

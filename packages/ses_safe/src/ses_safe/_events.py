@@ -15,7 +15,7 @@ from ._tags import INTENT_TAG, TENANT_TAG, first_tag, tenant_tag
 
 SOURCE = "ses_event"
 VERDICTS = {
-    "Send": EvidenceVerdict.CONFIRMS,
+    "Send": EvidenceVerdict.ACCEPTS,  # accepted; a Reject (virus found) may still follow: see rejection_window
     "Delivery": EvidenceVerdict.CONFIRMS,
     "Reject": EvidenceVerdict.REJECTS,
     "Rendering Failure": EvidenceVerdict.REJECTS,
