@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import multiprocessing
 import queue as queue_module
 import sqlite3
 import sys
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta, timezone
@@ -484,6 +486,24 @@ def test_prepared_in_a_rolled_back_caller_transaction_leaves_nothing(
         assert len(store.audit_trail("default", KEY)) == 1
     finally:
         conn.close()
+
+
+def test_postgres_keeps_no_hold_on_a_callers_connection(
+    store: Store, backend: str, request: pytest.FixtureRequest
+) -> None:
+    """A connection passed in is the caller's: once they drop it, nothing of the store keeps it (or its backend).
+    (PostgreSQL only: a sqlite3 connection cannot be weakly referenced, and the SQLite store keeps none.)"""
+    if backend != "postgres":
+        pytest.skip("the SQLite store never keeps a caller's connection; sqlite3 connections take no weakref")
+    conn = callers_connection(store, backend, request)
+    store.insert_if_absent(make(), actor="t", connection=conn)
+    conn.commit()
+    conn.close()
+    dropped = weakref.ref(conn)
+    del conn
+    gc.collect()
+    assert dropped() is None
+    assert store.get("default", KEY) == make()
 
 
 def test_sqlite_caller_connections(tmp_path: Path) -> None:

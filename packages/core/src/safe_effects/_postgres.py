@@ -10,8 +10,8 @@ import hashlib
 from collections.abc import Callable, Collection, Mapping
 from contextlib import nullcontext
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
-from weakref import WeakKeyDictionary
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ._approvals import Approval, ApprovalState
 from ._errors import InvalidInput, MissingDependency, StaleRecord
@@ -77,6 +77,26 @@ class _Checkout:
         self._pool.putconn(self._conn)
 
 
+class _Pooled(Protocol):
+    """What ``_store_connection``'s class adds to a psycopg connection."""
+
+    writer: Cursor[Any] | None
+
+
+@lru_cache(maxsize=1)
+def _store_connection() -> type[Connection[TupleRow]]:
+    """The pool's connection class, made on first use (psycopg is an optional dependency)."""
+    import psycopg  # noqa: PLC0415  # optional extra: imported only when a PostgresStore is made
+    from psycopg.rows import TupleRow  # noqa: PLC0415  # idem
+
+    class StoreConnection(psycopg.Connection[TupleRow]):
+        """A pool connection that keeps one cursor for the claim and confirm statements (``_writer``)."""
+
+        writer: psycopg.Cursor[TupleRow] | None = None
+
+    return StoreConnection
+
+
 def _render(query: sql.Composable) -> bytes:
     """Rendered once at start-up: psycopg would otherwise re-escape every identifier on every execute."""
     return query.as_bytes(None)
@@ -107,7 +127,12 @@ class PostgresStore:
             json_in=lambda value: value,
         )
         self._pool: ConnectionPool[Connection[TupleRow]] = ConnectionPool(
-            conninfo, min_size=min_size, max_size=max_size, kwargs={"autocommit": True}, open=True
+            conninfo,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs={"autocommit": True},
+            connection_class=_store_connection(),
+            open=True,
         )
         # every statement composed and rendered once, the schema as a quoted Identifier: no SQL is ever
         # string-formatted, and no round trip pays for re-rendering dozens of identifiers
@@ -147,7 +172,6 @@ class PostgresStore:
             ).format(intents, cols, sql.SQL(", ").join([sql.SQL("%s")] * len(RECORD_COLUMNS)), returned, audit_insert)
         )
         self._updates: dict[tuple[str, ...], tuple[bytes, RowEncoder]] = {}  # filled by _update
-        self._writers: WeakKeyDictionary[Connection[Any], Cursor[Any]] = WeakKeyDictionary()  # see _writer
         self._update_head = _render(sql.SQL("WITH changed AS (UPDATE {} SET ").format(intents))
         self._update_tail = _render(
             sql.SQL(
@@ -301,15 +325,20 @@ class PostgresStore:
                     before_commit()
         return new  # what was written, validated by plan_transition: no need to parse it back
 
-    def _writer(self, conn: Connection[Any]) -> Cursor[Any]:
-        """The connection's own cursor for the claim and confirm statements, made once and reused.
+    @staticmethod
+    def _writer(conn: Connection[Any]) -> Cursor[Any] | Connection[Any]:
+        """What runs the claim and confirm statements: a pool connection's own cursor, made once and reused.
 
         ``Connection.execute`` builds a new cursor per call, and with it new parameter dumpers: about 7% of
-        an effect's client CPU. Only the thread that checked the connection out uses its cursor.
+        an effect's client CPU. The cursor lives on the connection (and goes with it); a caller's own
+        connection (``prepare(connection=...)``) runs them itself.
         """
-        if (cursor := self._writers.get(conn)) is None or cursor.closed:
-            cursor = self._writers[conn] = conn.cursor()
-        return cursor
+        if not isinstance(conn, _store_connection()):
+            return conn
+        pooled = cast("_Pooled", conn)
+        if pooled.writer is None or pooled.writer.closed:
+            pooled.writer = conn.cursor()
+        return pooled.writer
 
     def _update(self, fields: tuple[str, ...]) -> tuple[bytes, RowEncoder]:
         """The conditional UPDATE for one set of changed fields (a handful of shapes), and its encoder."""
