@@ -21,6 +21,9 @@ def test_thresholds_parse_tighten_and_fail_safe() -> None:
     assert ApprovalThresholds.configured("usd=999999", env=env).limits["usd"] == 100000
     with_catch_all = {"SAFE_EFFECTS_APPROVAL_THRESHOLDS": "usd=100000, *=50"}
     assert ApprovalThresholds.configured("gbp=7", env=with_catch_all).limits == {"usd": 100000, "*": 50, "gbp": 7}
+    lowered = ApprovalThresholds.configured("*=50", env=env)  # a catch-all option lowers named currencies too
+    assert lowered.limits == {"usd": 50, "eur": 50}
+    assert lowered.requires_approval({"amount": "5000", "currency": "usd"}) is not None
     assert configured.requires_approval({"amount": "4999", "currency": "usd"}) is None
     assert "at or above" in (configured.requires_approval({"amount": "5000", "currency": "USD"}) or "")
     assert "no configured threshold" in (configured.requires_approval({"amount": "1", "currency": "jpy"}) or "")

@@ -41,19 +41,21 @@ class ApprovalThresholds:
     def stricter(self, other: ApprovalThresholds) -> ApprovalThresholds:
         """These thresholds, lowered (never raised) by ``other``'s.
 
-        Without any threshold there is no two-person rule, so ``other`` applies as given. Otherwise, per
-        currency ``other`` names, what applies now is this currency's threshold, else the ``*`` catch-all,
-        else none ("always needs approval"); ``other``'s amount replaces it only when it is lower. So
-        ``usd=999999999`` cannot lift usd above a ``*=100000`` catch-all, and ``eur=...`` cannot switch off
-        the fail-safe for a currency without a threshold.
+        Without any threshold there is no two-person rule, so ``other`` applies as given. Otherwise, for every
+        currency either side names (and the ``*`` catch-all), what applies now is this currency's threshold,
+        else the ``*`` catch-all, else none ("always needs approval"); what ``other`` proposes for it is its own
+        threshold for that currency, else its catch-all; the proposal replaces it only when lower. So
+        ``usd=999999999`` cannot lift usd above a ``*=100000`` catch-all, ``eur=...`` cannot switch off the
+        fail-safe for a currency without a threshold, and ``*=50`` lowers a named ``usd=100000`` too.
         """
         if not self.limits:
             return ApprovalThresholds(dict(other.limits))
         merged = dict(self.limits)
-        for currency, amount in other.limits.items():
+        for currency in set(self.limits) | set(other.limits):
             applies = self.limits.get(currency, self.limits.get(ANY_CURRENCY))
-            if applies is not None and amount < applies:
-                merged[currency] = amount
+            proposed = other.limits.get(currency, other.limits.get(ANY_CURRENCY))
+            if applies is not None and proposed is not None and proposed < applies:
+                merged[currency] = proposed
         return ApprovalThresholds(merged)
 
     def requires_approval(self, summary: Mapping[str, str]) -> str | None:
