@@ -87,6 +87,14 @@ class Opaque:
     pass
 
 
+def _nested(depth: int) -> list[Any]:
+    """A list inside a list, ``depth`` times, built without recursion."""
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 @pytest.mark.parametrize(
     ("params", "path", "problem"),
     [
@@ -101,7 +109,10 @@ class Opaque:
         ({"meta": {1: "one"}}, "meta", "non-string key 1"),
         ({("a", "b"): 1}, "", "non-string key"),
         (Decimal(1), "", "Decimal"),
+        ({"text": "caf\udce9"}, "text", "lone surrogate"),
+        (_nested(100_000), "", "nested too deeply"),
     ],
+    ids=lambda value: type(value).__name__ if not isinstance(value, str) else value[:20],
 )
 def test_non_json_values_are_refused_by_path(params: Any, path: str, problem: str) -> None:
     with pytest.raises(UndigestibleRequest, match=problem) as caught:

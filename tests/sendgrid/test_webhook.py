@@ -34,6 +34,7 @@ from sendgrid_safe import (
     ingest_events,
     make_asgi_app,
     make_wsgi_app,
+    parse_event,
 )
 from sendgrid_safe.testing import FakeSendGrid, WebhookSigner
 
@@ -285,6 +286,21 @@ def test_a_body_too_deep_or_with_unstorable_text_is_malformed_and_nothing_is_rec
         ingest_events(ledger, body, {}, public_key=None)
     _nothing_recorded(ledger, key)
     assert fake.effect_count == 1
+
+
+def test_an_event_without_an_id_too_deep_to_digest_is_malformed(
+    ledger: Ledger, unknown_send: list[dict[str, Any]]
+) -> None:
+    """An event's id is then its digest: one too deep to digest is a malformed event, never a crash.
+
+    (Through a body, the JSON parser's depth and the digest's depend on the stack at each call: the event is
+    built here, as the parser would have returned it.)
+    """
+    nested: list[Any] = []
+    for _ in range(100_000):
+        nested = [nested]
+    event = {**{k: v for k, v in unknown_send[0].items() if k != "sg_event_id"}, "x": nested}
+    assert parse_event(event, ledger.clock()) == "malformed"
 
 
 def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:

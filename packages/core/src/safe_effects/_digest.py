@@ -59,7 +59,11 @@ def _dotted(segments: list[str]) -> str:
 
 def canonical_json(params: Any) -> bytes:
     """The exact bytes the digest is computed over; raises :class:`UndigestibleRequest` naming the path."""
-    if (found := _problem(params)) is not None:
+    try:
+        found = _problem(params)
+    except RecursionError:  # nesting deeper than the interpreter's stack: no provider takes such a request
+        raise UndigestibleRequest("", "is nested too deeply to digest") from None
+    if found is not None:
         raise UndigestibleRequest(_dotted(found[0]), found[1])
     return _CANONICAL.encode(params).encode()
 
