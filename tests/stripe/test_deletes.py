@@ -12,11 +12,11 @@ from datetime import UTC, datetime
 import pytest
 import stripe
 
-from safe_effects import EffectStatus, EffectUnknown, MissingIntentKey
-from safe_effects.testing import Fault
-from stripe_safe import contract_for, receipt_of
+from safe_effects import EffectStatus, EffectUnknown, Ledger, MissingIntentKey
+from safe_effects.testing import FakeHTTPServer, FakeRequest, FakeResponse, Fault
+from stripe_safe import StripeClient, contract_for, receipt_of
 
-from .conftest import Env, raw_client
+from .conftest import API_KEY, Env, raw_client
 
 CANCEL = "subscription:sub_42:cancel:v1"
 
@@ -83,3 +83,44 @@ def test_a_delete_has_no_key_replay_in_its_contract() -> None:
     assert not contract.idempotency.supported
     assert [m.kind.value for m in contract.lookups] == ["retrieve"]
     assert contract.replay_deadline(datetime.now(UTC)) is None
+
+
+class Coupons:
+    """A Stripe-like coupon endpoint over real HTTP (FakeStripe serves none): a deleted coupon is a 404 to a GET,
+    as for most deletable Stripe objects (products, plans, webhook endpoints, subscription items...)."""
+
+    def __init__(self) -> None:
+        self.live = {"co_1": {"id": "co_1", "object": "coupon", "percent_off": 10}}
+        self.deletes = 0
+
+    def __call__(self, request: FakeRequest) -> FakeResponse:
+        coupon = request.path.rstrip("/").split("/")[-1]
+        if not request.path.startswith("/v1/coupons/") or coupon not in self.live:
+            error = {
+                "type": "invalid_request_error",
+                "code": "resource_missing",
+                "message": f"No such coupon: {coupon}",
+            }
+            return FakeResponse.json(404, {"error": error})
+        if request.method == "DELETE":
+            self.deletes += 1
+            del self.live[coupon]
+            return FakeResponse.json(200, {"id": coupon, "object": "coupon", "deleted": True}, committed=True)
+        return FakeResponse.json(200, self.live[coupon])
+
+
+def test_a_confirmed_delete_of_an_object_gone_for_a_get_is_answered_from_the_ledger(store_url: str) -> None:
+    coupons = Coupons()
+    key = "coupon:co_1:delete:v1"
+    with FakeHTTPServer(coupons) as server, Ledger.open(store_url) as ledger:
+        client = StripeClient(API_KEY, ledger=ledger, base_addresses={"api": server.url})
+        first = client.v1.coupons.delete("co_1", options={"idempotency_key": key})
+
+        again = client.v1.coupons.delete("co_1", options={"idempotency_key": key})
+
+        assert (first.deleted, again.deleted, again.id) == (True, True, "co_1")
+        receipt = receipt_of(again)
+        assert receipt is not None
+        assert receipt.from_ledger
+        assert coupons.deletes == 1
+        assert ledger.get(key).status is EffectStatus.CONFIRMED

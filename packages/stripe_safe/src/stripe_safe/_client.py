@@ -208,7 +208,13 @@ class _LedgerRequestor(_APIRequestor):
             raise SafeEffectsError(f"intent {intent!r} is confirmed without a Stripe object id to retrieve")
         else:
             where = retrieve_path(path, receipt.provider_result_id)
-            answer = self.transport.read(where, None, _read_options(options, scope))  # a read, never a write
+            try:
+                answer = self.transport.read(where, None, _read_options(options, scope))  # a read, never a write
+            except stripe.InvalidRequestError as gone:
+                if not operation.endswith(".delete") or gone.http_status != 404:
+                    raise
+                # most deleted objects are gone for a GET: answer with Stripe's own shape of a delete's answer
+                answer = stripe.StripeObject.construct_from({"id": receipt.provider_result_id, "deleted": True}, None)
         setattr(answer, _RECEIPT_ATTRIBUTE, receipt)
         return answer
 
