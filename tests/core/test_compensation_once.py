@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from safe_effects import (
+    EffectRecord,
     EffectRejected,
     EffectRequest,
     EffectStatus,
@@ -189,8 +190,9 @@ def test_the_worker_that_sent_the_refund_gets_its_receipt_when_another_caller_ma
     assert (original.status, original.compensated_by) == (EffectStatus.COMPENSATED, REFUND_1)
 
 
-def test_a_name_whose_compensation_was_never_recorded_blocks_only_until_a_lease_has_passed(env: Env) -> None:
-    """A worker lost between naming its compensation and recording it: others wait one lease, then take over."""
+def test_a_name_whose_compensation_was_never_recorded_is_resumed_by_its_own_key(env: Env) -> None:
+    """A worker lost between naming its compensation and recording it: another key is refused (the named
+    one could still be sent by its key); running the named compensation again sends it once."""
     adapter = GenericFakeAdapter(env.fake, generic_contract())
     confirmed = env.ledger.execute(adapter, CHARGE, intent_key=KEY).record
     env.ledger.store.transition(  # what the lost worker managed to write
@@ -201,12 +203,40 @@ def test_a_name_whose_compensation_was_never_recorded_blocks_only_until_a_lease_
         reason=f"compensation {REFUND_1} about to be sent",
         changes={"compensated_by": REFUND_1},
     )
-    with pytest.raises(IllegalTransition, match=rf"compensation '{REFUND_1}' holds it \(being started\)"):
+    env.clock.advance(env.ledger.lease.duration * 10)  # however long ago: the name stays its key's
+    with pytest.raises(IllegalTransition, match=rf"'{REFUND_1}' holds it \(named, never recorded: run it again"):
         env.ledger.compensate(adapter, REFUND, original_key=KEY, compensating_key=REFUND_2)
-    env.clock.advance(env.ledger.lease.duration)
 
-    env.ledger.compensate(adapter, REFUND, original_key=KEY, compensating_key=REFUND_2)
+    env.ledger.compensate(adapter, REFUND, original_key=KEY, compensating_key=REFUND_1)
 
-    assert env.refunds() == [f"default/{REFUND_2}"]
+    assert env.refunds() == [f"default/{REFUND_1}"]
     original = env.ledger.get(KEY)
-    assert (original.status, original.compensated_by) == (EffectStatus.COMPENSATED, REFUND_2)
+    assert (original.status, original.compensated_by) == (EffectStatus.COMPENSATED, REFUND_1)
+    with pytest.raises(IntentNotFound):
+        env.ledger.get(REFUND_2)
+
+
+def test_a_key_recorded_as_a_plain_intent_while_being_named_leaves_the_original_free(env: Env) -> None:
+    """The race: the key is free when checked, a plain intent takes it before the compensating record is
+    written. The compensation is refused, sends nothing, and its name is taken off the original."""
+    adapter = GenericFakeAdapter(env.fake, generic_contract())
+    env.ledger.execute(adapter, CHARGE, intent_key=KEY)
+    other = env.other_worker()
+    raced: list[object] = []
+
+    def plain_intent_meanwhile(record: EffectRecord, **kwargs: object) -> tuple[EffectRecord, bool]:
+        if record.intent_key == REFUND_1 and not raced:
+            raced.append(other.execute(adapter, REFUND, intent_key=REFUND_1))  # a plain intent, sent and confirmed
+        return original_insert(record, **kwargs)  # type: ignore[arg-type]
+
+    original_insert = env.ledger.store.insert_if_absent
+    env.ledger.store.insert_if_absent = plain_intent_meanwhile  # type: ignore[method-assign]
+    with pytest.raises(IllegalTransition, match="already recorded as a plain intent"):
+        env.ledger.compensate(adapter, REFUND, original_key=KEY, compensating_key=REFUND_1)
+    env.ledger.store.insert_if_absent = original_insert  # type: ignore[method-assign]
+
+    original = env.ledger.get(KEY)
+    assert (original.status, original.compensated_by) == (EffectStatus.CONFIRMED, None)
+    assert env.refunds() == [f"default/{REFUND_1}"]  # the plain intent's own send, nothing more
+    env.ledger.compensate(adapter, REFUND, original_key=KEY, compensating_key=REFUND_2)
+    assert env.ledger.get(KEY).compensated_by == REFUND_2

@@ -7,9 +7,10 @@ SQLite and PostgreSQL.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
@@ -252,3 +253,70 @@ def event(key: str, event_id: str, verdict: EvidenceVerdict, clock: FakeClock) -
         provider_result_id="fx_1",
         received_at=clock(),
     )
+
+
+@dataclass
+class HeldOnTheWire(GenericFakeAdapter):
+    """The first request waits on the wire until released: its worker's lease runs out meanwhile."""
+
+    entered: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+
+    def dispatch(self, request: EffectRequest, provider_key: str) -> str:
+        if not self.entered.is_set():
+            self.entered.set()
+            assert self.release.wait(10)
+        return super().dispatch(request, provider_key)
+
+
+def test_a_late_confirmation_while_reopened_is_reconciled_not_resent(open_ledger: OpenLedger, tmp_path: Path) -> None:
+    """No keys, lookups that prove absence: B reopens the intent while A's request is still on the wire; A's
+    answer then arrives as evidence. The caller's retry must settle from it, not send a second message."""
+    key = "welcome:user_1:email:v1"
+    clock = FakeClock()
+    fake = GenericFakeProvider(tmp_path / "fake.db", clock=clock, dedupe=False)
+    adapter = HeldOnTheWire(fake, generic_contract(dedupe=False, lookup_proves_absence=True))
+    worker_a, worker_b = open_ledger(clock=clock, retry=NO_WAIT), open_ledger(clock=clock, retry=NO_WAIT)
+    outcome: list[BaseException] = []
+
+    def a_sends() -> None:
+        try:
+            worker_a.execute(adapter, CHARGE, intent_key=key)
+        except LeaseLost as lost:
+            outcome.append(lost)
+
+    thread = threading.Thread(target=a_sends)
+    thread.start()
+    assert adapter.entered.wait(10)
+    clock.advance(worker_a.lease.duration * 2)
+    assert worker_b.reconcile(adapter, intent_key=key).status is EffectStatus.PREPARED  # not at the provider yet
+    adapter.release.set()
+    thread.join(10)
+    assert len(outcome) == 1  # A's answer came after its lease: kept as evidence
+
+    receipt = worker_b.execute(adapter, CHARGE, intent_key=key)  # the caller retries
+
+    assert receipt.record.status is EffectStatus.CONFIRMED
+    assert receipt.record.resolution is not None
+    assert receipt.record.resolution.method == "evidence:late_response"
+    assert len(fake.effects()) == 1
+
+
+def test_an_acceptance_on_record_forbids_a_resend_on_a_lookups_absent(open_ledger: OpenLedger, tmp_path: Path) -> None:
+    """Inside the rejection window an acceptance does not confirm yet, but it is proof enough that a lookup's
+    "absent" is lag: the intent stays unknown, nothing is sent again."""
+    key = "welcome:user_1:email:v1"
+    clock = FakeClock()
+    fake = GenericFakeProvider(tmp_path / "fake.db", clock=clock, dedupe=False)
+    adapter = GenericFakeAdapter(fake, generic_contract(dedupe=False, lookup_proves_absence=True))
+    ledger = open_ledger(clock=clock, retry=NO_WAIT)
+    fake.fail_next(FakeFailure.LOST_BEFORE_COMMIT)  # the ledger cannot tell what happened: unknown
+    with pytest.raises(EffectUnknown):
+        ledger.execute(adapter, CHARGE, intent_key=key)
+    ledger.record_evidence(event(key, "accepted-1", EvidenceVerdict.ACCEPTS, clock))
+
+    with pytest.raises(EffectUnknown):
+        ledger.execute(adapter, CHARGE, intent_key=key)  # the caller retries inside the window
+
+    assert fake.requests() == [(f"default/{key}", "lost_before_commit")]
+    assert ledger.get(key).status is EffectStatus.UNKNOWN

@@ -382,8 +382,8 @@ class Ledger:
                     raise self._rejected(record, None)
                 if waited_for_holder and record.status in (S.PREPARED, S.UNKNOWN):
                     raise self._holder_outcome(record)  # a caller that waited for another never dispatches
-                if record.status is S.PREPARED and self._reopened_past_window(record, contract):
-                    record = self._unknown_again(record)
+                if record.status is S.PREPARED and (reason := self._reconcile_before_resend(record, contract)):
+                    record = self._unknown_again(record, reason)
                 if record.status is S.PREPARED:
                     return self._dispatch(adapter, request, self._claim(record), contract)
                 if record.status is S.UNKNOWN:
@@ -425,26 +425,29 @@ class Ledger:
             record=record,
         )
 
-    def _reopened_past_window(self, record: EffectRecord, contract: ProviderContract) -> bool:
-        """A ``prepared`` intent put back by a lookup's "absent", whose key window has closed since.
+    def _reconcile_before_resend(self, record: EffectRecord, contract: ProviderContract) -> str | None:
+        """Why a ``prepared`` intent that was sent before must be reconciled again instead of resent, or None.
 
-        The reopen was safe because the provider would still dedupe the key if the lookup was wrong (a lagging
-        search); past the window nothing would, so the intent is reconciled again instead of resent.
+        It was put back by a lookup's "absent". Since then the provider may have spoken (a late answer of the
+        earlier attempt, an event), or the key window that made the reopen safe may have closed (a lagging
+        search is no longer caught by the provider's dedupe).
         """
-        if record.first_dispatched_at is None or contract.may_reopen_when_absent(
-            record.first_dispatched_at, self.clock()
-        ):
-            return False  # never sent, or still inside the window (or a provider whose lookups are proof)
-        return any(entry.to_status is S.UNKNOWN for entry in self.store.audit_trail(record.tenant, record.intent_key))
+        if record.first_dispatched_at is None:
+            return None  # never sent: nothing to reconcile
+        if any(e.verdict is not EvidenceVerdict.INFORMATIONAL for e in self._own_evidence(record)):
+            return "reopened by a lookup, but the provider has spoken since"
+        if contract.may_reopen_when_absent(record.first_dispatched_at, self.clock()):
+            return None  # still inside the window (or a provider whose lookups are proof)
+        if any(entry.to_status is S.UNKNOWN for entry in self.store.audit_trail(record.tenant, record.intent_key)):
+            return "reopened by a lookup, but the provider's key window closed before it was resent"
+        return None
 
-    def _unknown_again(self, record: EffectRecord) -> EffectRecord:
-        return self.store.transition(
-            record,
-            S.UNKNOWN,
-            now=self.clock(),
-            actor=self.worker_id,
-            reason="reopened by a lookup, but the provider's key window closed before it was resent",
-        )
+    def _unknown_again(self, record: EffectRecord, reason: str) -> EffectRecord:
+        return self.store.transition(record, S.UNKNOWN, now=self.clock(), actor=self.worker_id, reason=reason)
+
+    def _own_evidence(self, record: EffectRecord) -> list[Evidence]:
+        """Evidence recorded for the intent by its own provider (another provider's event decides nothing)."""
+        return [e for e in self.store.evidence_for(record.tenant, record.intent_key) if e.provider == record.provider]
 
     def _claim(self, record: EffectRecord, *, reason: str = "claim") -> EffectRecord:
         now = self.clock()
@@ -714,17 +717,16 @@ class Ledger:
                 original = self.get(original_key, tenant=tenant)
 
     def _check_replaceable(self, original: EffectRecord) -> None:
-        """Refuse to take over the compensation ``original`` names unless it can no longer act."""
+        """Refuse to take over the compensation ``original`` names unless the provider rejected it.
+
+        Only a rejected compensation can never act again; any other state (even a name whose record was never
+        written, by a worker lost in between) could still be sent by its own key, so that key is the way on.
+        """
         assert original.compensated_by is not None
         holder = self.store.get(original.tenant, original.compensated_by)
-        if holder is None:  # named, not yet written: another worker is starting it, or was lost doing so
-            if original.updated_at + self.lease.duration <= self.clock():
-                return
-            state = "being started"
-        elif holder.status is S.REJECTED or (holder.status is S.PREPARED and holder.first_dispatched_at is None):
-            return  # refused by the provider, or never sent
-        else:
-            state = holder.status.value
+        if holder is not None and holder.status is S.REJECTED:
+            return
+        state = holder.status.value if holder is not None else "named, never recorded: run it again with its key"
         raise IllegalTransition(
             S.CONFIRMED.value,
             S.COMPENSATED.value,
@@ -758,6 +760,16 @@ class Ledger:
                 },
             )
         if record.compensates != fresh.compensates:
+            if original.status is S.CONFIRMED and original.compensated_by == fresh.intent_key:
+                with contextlib.suppress(StaleRecord):  # moved on meanwhile: then it is not ours to clear
+                    self.store.transition(
+                        original,
+                        S.CONFIRMED,
+                        now=self.clock(),
+                        actor=self.worker_id,
+                        reason=f"compensation {fresh.intent_key} refused: the key is recorded as something else",
+                        changes={"compensated_by": None},
+                    )
             raise _not_this_compensation(record, fresh.compensates)
         raise IllegalTransition(
             original.status.value,
@@ -831,7 +843,7 @@ class Ledger:
         recorded by a webhook) it waits for the reconciler or the caller's retry. Only the record's own
         provider speaks for it: a SendGrid event naming a Stripe intent decides nothing.
         """
-        mine = [e for e in self.store.evidence_for(record.tenant, record.intent_key) if e.provider == record.provider]
+        mine = self._own_evidence(record)
         by_verdict = {verdict: [e for e in mine if e.verdict is verdict] for verdict in EvidenceVerdict}
         decisive = by_verdict[EvidenceVerdict.REJECTS] or by_verdict[EvidenceVerdict.CONFIRMS]
         accepted = by_verdict[EvidenceVerdict.ACCEPTS]
@@ -879,8 +891,11 @@ class Ledger:
         contract = adapter.contract_for(record.operation)
         # found and refused are counted by settle(); the rest here, so one lookup is one event
         self._observe("reconciliation", record, method=f"lookup:{found.method}", outcome=found.status.value)
-        if found.status is LookupStatus.ABSENT and contract.may_reopen_when_absent(
-            record.first_dispatched_at, self.clock()
+        accepted = any(e.verdict is EvidenceVerdict.ACCEPTS for e in self._own_evidence(record))
+        if (
+            found.status is LookupStatus.ABSENT
+            and not accepted  # the provider said it took the request: a lookup's "absent" is lag, not proof
+            and contract.may_reopen_when_absent(record.first_dispatched_at, self.clock())
         ):
             return self.store.transition(
                 record,
