@@ -9,6 +9,7 @@ import queue as queue_module
 import sqlite3
 import sys
 import time
+import uuid
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -488,22 +489,29 @@ def test_prepared_in_a_rolled_back_caller_transaction_leaves_nothing(
         conn.close()
 
 
-def test_postgres_keeps_no_hold_on_a_callers_connection(
-    store: Store, backend: str, request: pytest.FixtureRequest
-) -> None:
+@pytest.mark.postgres
+def test_postgres_keeps_no_hold_on_a_callers_connection(pg_url: str) -> None:
     """A connection passed in is the caller's: once they drop it, nothing of the store keeps it (or its backend).
-    (PostgreSQL only: a sqlite3 connection cannot be weakly referenced, and the SQLite store keeps none.)"""
-    if backend != "postgres":
-        pytest.skip("the SQLite store never keeps a caller's connection; sqlite3 connections take no weakref")
-    conn = callers_connection(store, backend, request)
-    store.insert_if_absent(make(), actor="t", connection=conn)
-    conn.commit()
-    conn.close()
-    dropped = weakref.ref(conn)
-    del conn
-    gc.collect()
-    assert dropped() is None
-    assert store.get("default", KEY) == make()
+    (PostgreSQL only: the SQLite store keeps no connection of a caller's, and sqlite3 ones take no weakref.)"""
+    import psycopg
+
+    schema = f"se_test_{uuid.uuid4().hex[:12]}"
+    store = PostgresStore(pg_url, schema=schema)
+    try:
+        store.migrate()
+        conn = psycopg.connect(pg_url)
+        store.insert_if_absent(make(), actor="t", connection=conn)
+        conn.commit()
+        conn.close()
+        dropped = weakref.ref(conn)
+        del conn
+        gc.collect()
+        assert dropped() is None
+        assert store.get("default", KEY) == make()
+    finally:
+        store.close()
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 def test_sqlite_caller_connections(tmp_path: Path) -> None:
