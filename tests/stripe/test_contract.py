@@ -6,7 +6,7 @@ import pytest
 
 from safe_effects import DEFAULT_TENANT, ApprovalThresholds, IntentKey, LookupKind, ParameterMatching
 from stripe_safe import METADATA_INTENT, METADATA_TENANT, contract_for, operation_for, provider_key, search_query
-from stripe_safe._contract import retrieve_path, stamp_metadata, summary_for
+from stripe_safe._contract import deleted_object_type, retrieve_path, stamp_metadata, summary_for
 from stripe_safe.testing._form import decode_form, parse_search
 
 
@@ -22,6 +22,12 @@ from stripe_safe.testing._form import decode_form, parse_search
 )
 def test_operation_names_come_from_the_path(path: str, operation: str) -> None:
     assert operation_for(path) == operation
+
+
+def test_a_deleted_objects_type_comes_from_its_path() -> None:
+    assert deleted_object_type("/v1/coupons/co_1") == "coupon"
+    assert deleted_object_type("/v1/subscription_items/si_1") == "subscription_item"
+    assert deleted_object_type("/v1/customers/cus_1/discount") == "discount"
 
 
 def test_retrieve_path_is_the_object_the_write_produced() -> None:

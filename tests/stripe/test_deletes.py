@@ -118,7 +118,8 @@ def test_a_confirmed_delete_of_an_object_gone_for_a_get_is_answered_from_the_led
 
         again = client.v1.coupons.delete("co_1", options={"idempotency_key": key})
 
-        assert (first.deleted, again.deleted, again.id) == (True, True, "co_1")
+        assert (first.deleted, again.deleted, again.id, again.object) == (True, True, "co_1", "coupon")
+        assert type(again) is type(first)  # a stripe.Coupon both times
         receipt = receipt_of(again)
         assert receipt is not None
         assert receipt.from_ledger

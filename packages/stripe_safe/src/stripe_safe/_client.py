@@ -21,6 +21,7 @@ from stripe._oauth_service import OAuthService
 from stripe._request_options import RequestOptions
 from stripe._requestor_options import RequestorOptions
 from stripe._stripe_response import StripeStreamResponse, StripeStreamResponseAsync
+from stripe._util import _convert_to_stripe_object
 from stripe._v1_services import V1Services
 from stripe._v2_services import V2Services
 
@@ -42,6 +43,7 @@ from ._contract import (
     CONNECT_TIMEOUT,
     READ_TIMEOUT,
     WRITE_METHODS,
+    deleted_object_type,
     operation_for,
     retrieve_path,
     scope_of,
@@ -214,7 +216,8 @@ class _LedgerRequestor(_APIRequestor):
                 if not operation.endswith(".delete") or gone.http_status != 404:
                     raise
                 # most deleted objects are gone for a GET: answer with Stripe's own shape of a delete's answer
-                answer = stripe.StripeObject.construct_from({"id": receipt.provider_result_id, "deleted": True}, None)
+                gone_object = {"id": receipt.provider_result_id, "object": deleted_object_type(path), "deleted": True}
+                answer = _convert_to_stripe_object(resp=gone_object, requestor=self.transport, api_mode="V1")
         setattr(answer, _RECEIPT_ATTRIBUTE, receipt)
         return answer
 

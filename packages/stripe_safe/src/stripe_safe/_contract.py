@@ -161,6 +161,14 @@ def operation_for(path: str, method: str = "post") -> str:
     return ".".join(names)
 
 
+def deleted_object_type(path: str) -> str:
+    """The ``object`` of what a DELETE of ``path`` removed: ``/v1/coupons/co_1`` → ``coupon``,
+    ``/v1/customers/cus_1/discount`` → ``discount`` (the last resource name, singular)."""
+    names = [s for s in path.split("?", 1)[0].split("/")[2:] if s and not _is_id(s)]
+    last = names[-1] if names else "object"
+    return last[:-1] if last.endswith("s") else last
+
+
 def retrieve_path(path: str, result_id: str) -> str:
     """Where to GET the object a POST to ``path`` produced: the path up to its id, or the collection + id."""
     segments = path.split("?", 1)[0].rstrip("/").split("/")
