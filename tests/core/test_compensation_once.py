@@ -240,3 +240,25 @@ def test_a_key_recorded_as_a_plain_intent_while_being_named_leaves_the_original_
     assert env.refunds() == [f"default/{REFUND_1}"]  # the plain intent's own send, nothing more
     env.ledger.compensate(adapter, REFUND, original_key=KEY, compensating_key=REFUND_2)
     assert env.ledger.get(KEY).compensated_by == REFUND_2
+
+
+def test_a_name_whose_key_was_then_taken_by_a_plain_intent_can_be_replaced(env: Env) -> None:
+    """A worker lost between naming REFUND_1 and recording it; later REFUND_1 is used as a plain intent. The
+    name can then never be completed by its key, so another compensation may replace it."""
+    adapter = GenericFakeAdapter(env.fake, generic_contract())
+    confirmed = env.ledger.execute(adapter, CHARGE, intent_key=KEY).record
+    env.ledger.store.transition(  # what the lost worker managed to write
+        confirmed,
+        EffectStatus.CONFIRMED,
+        now=env.clock(),
+        actor="lost-worker",
+        reason=f"compensation {REFUND_1} about to be sent",
+        changes={"compensated_by": REFUND_1},
+    )
+    env.ledger.execute(adapter, REFUND, intent_key=REFUND_1)  # the key, now a plain intent
+
+    env.ledger.compensate(adapter, REFUND, original_key=KEY, compensating_key=REFUND_2)
+
+    original = env.ledger.get(KEY)
+    assert (original.status, original.compensated_by) == (EffectStatus.COMPENSATED, REFUND_2)
+    assert env.refunds() == [f"default/{REFUND_1}", f"default/{REFUND_2}"]  # the plain intent's, then ours

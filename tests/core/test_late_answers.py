@@ -269,14 +269,24 @@ class HeldOnTheWire(GenericFakeAdapter):
         return super().dispatch(request, provider_key)
 
 
-def test_a_late_confirmation_while_reopened_is_reconciled_not_resent(open_ledger: OpenLedger, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("late", "settled_by"),
+    [(None, "evidence:late_response"), (FakeFailure.LOST_AFTER_COMMIT, "lookup:search")],
+    ids=["late-confirmation", "late-timeout-after-acting"],
+)
+def test_a_late_answer_while_reopened_is_reconciled_not_resent(
+    open_ledger: OpenLedger, tmp_path: Path, late: FakeFailure | None, settled_by: str
+) -> None:
     """No keys, lookups that prove absence: B reopens the intent while A's request is still on the wire; A's
-    answer then arrives as evidence. The caller's retry must settle from it, not send a second message."""
+    answer (a confirmation, or a timeout after the provider acted) then arrives as evidence. The caller's retry
+    must reconcile (from the evidence, or a fresh lookup that now finds it), not send a second message."""
     key = "welcome:user_1:email:v1"
     clock = FakeClock()
     fake = GenericFakeProvider(tmp_path / "fake.db", clock=clock, dedupe=False)
     adapter = HeldOnTheWire(fake, generic_contract(dedupe=False, lookup_proves_absence=True))
     worker_a, worker_b = open_ledger(clock=clock, retry=NO_WAIT), open_ledger(clock=clock, retry=NO_WAIT)
+    if late is not None:
+        fake.fail_next(late)
     outcome: list[BaseException] = []
 
     def a_sends() -> None:
@@ -298,7 +308,7 @@ def test_a_late_confirmation_while_reopened_is_reconciled_not_resent(open_ledger
 
     assert receipt.record.status is EffectStatus.CONFIRMED
     assert receipt.record.resolution is not None
-    assert receipt.record.resolution.method == "evidence:late_response"
+    assert receipt.record.resolution.method == settled_by
     assert len(fake.effects()) == 1
 
 

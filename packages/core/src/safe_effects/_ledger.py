@@ -47,6 +47,9 @@ R = TypeVar("R")
 S = EffectStatus
 
 
+LATE_RESPONSE = "late_response"  # the evidence source of an answer that came after its worker's lease
+
+
 def _not_this_compensation(record: EffectRecord, original_key: IntentKey) -> IllegalTransition:
     linked = f"as compensating {record.compensates!r}" if record.compensates else "as a plain intent"
     return IllegalTransition(
@@ -434,7 +437,11 @@ class Ledger:
         """
         if record.first_dispatched_at is None:
             return None  # never sent: nothing to reconcile
-        if any(e.verdict is not EvidenceVerdict.INFORMATIONAL for e in self._own_evidence(record)):
+        if any(
+            e.verdict is not EvidenceVerdict.INFORMATIONAL or e.source == LATE_RESPONSE
+            for e in self._own_evidence(record)
+        ):
+            # a late answer of the earlier attempt counts even when it was a timeout: that attempt may have acted
             return "reopened by a lookup, but the provider has spoken since"
         if contract.may_reopen_when_absent(record.first_dispatched_at, self.clock()):
             return None  # still inside the window (or a provider whose lookups are proof)
@@ -665,7 +672,7 @@ class Ledger:
                 tenant=record.tenant,
                 intent_key=record.intent_key,
                 provider=record.provider,
-                source="late_response",
+                source=LATE_RESPONSE,
                 # unique per intent and attempt: evidence ids are unique per (provider, source) only
                 event_id=f"{self.worker_id}:{record.tenant}:{record.intent_key}:{record.version}",
                 kind=to.value,
@@ -724,8 +731,8 @@ class Ledger:
         """
         assert original.compensated_by is not None
         holder = self.store.get(original.tenant, original.compensated_by)
-        if holder is not None and holder.status is S.REJECTED:
-            return
+        if holder is not None and (holder.status is S.REJECTED or holder.compensates != original.intent_key):
+            return  # rejected; or the key was taken by something else after its naming worker was lost
         state = holder.status.value if holder is not None else "named, never recorded: run it again with its key"
         raise IllegalTransition(
             S.CONFIRMED.value,
