@@ -190,10 +190,8 @@ def test_the_worker_that_sent_the_refund_gets_its_receipt_when_another_caller_ma
     assert (original.status, original.compensated_by) == (EffectStatus.COMPENSATED, REFUND_1)
 
 
-def test_a_name_whose_compensation_was_never_recorded_is_resumed_by_its_own_key(env: Env) -> None:
-    """A worker lost between naming its compensation and recording it: another key is refused (the named
-    one could still be sent by its key); running the named compensation again sends it once."""
-    adapter = GenericFakeAdapter(env.fake, generic_contract())
+def named_by_a_lost_worker(env: Env, adapter: GenericFakeAdapter) -> None:
+    """A confirmed charge whose original names REFUND_1, by a worker lost before it recorded REFUND_1."""
     confirmed = env.ledger.execute(adapter, CHARGE, intent_key=KEY).record
     env.ledger.store.transition(  # what the lost worker managed to write
         confirmed,
@@ -203,6 +201,13 @@ def test_a_name_whose_compensation_was_never_recorded_is_resumed_by_its_own_key(
         reason=f"compensation {REFUND_1} about to be sent",
         changes={"compensated_by": REFUND_1},
     )
+
+
+def test_a_name_whose_compensation_was_never_recorded_is_resumed_by_its_own_key(env: Env) -> None:
+    """A worker lost between naming its compensation and recording it: another key is refused (the named
+    one could still be sent by its key); running the named compensation again sends it once."""
+    adapter = GenericFakeAdapter(env.fake, generic_contract())
+    named_by_a_lost_worker(env, adapter)
     env.clock.advance(env.ledger.lease.duration * 10)  # however long ago: the name stays its key's
     with pytest.raises(IllegalTransition, match=rf"'{REFUND_1}' holds it \(named, never recorded: run it again"):
         env.ledger.compensate(adapter, REFUND, original_key=KEY, compensating_key=REFUND_2)
@@ -246,15 +251,7 @@ def test_a_name_whose_key_was_then_taken_by_a_plain_intent_can_be_replaced(env: 
     """A worker lost between naming REFUND_1 and recording it; later REFUND_1 is used as a plain intent. The
     name can then never be completed by its key, so another compensation may replace it."""
     adapter = GenericFakeAdapter(env.fake, generic_contract())
-    confirmed = env.ledger.execute(adapter, CHARGE, intent_key=KEY).record
-    env.ledger.store.transition(  # what the lost worker managed to write
-        confirmed,
-        EffectStatus.CONFIRMED,
-        now=env.clock(),
-        actor="lost-worker",
-        reason=f"compensation {REFUND_1} about to be sent",
-        changes={"compensated_by": REFUND_1},
-    )
+    named_by_a_lost_worker(env, adapter)
     env.ledger.execute(adapter, REFUND, intent_key=REFUND_1)  # the key, now a plain intent
 
     env.ledger.compensate(adapter, REFUND, original_key=KEY, compensating_key=REFUND_2)
