@@ -50,6 +50,11 @@ S = EffectStatus
 LATE_RESPONSE = "late_response"  # the evidence source of an answer that came after its worker's lease
 
 
+def _silent(evidence: Evidence) -> bool:
+    """Evidence that says nothing about whether an attempt acted: informational, and not a late answer."""
+    return evidence.verdict is EvidenceVerdict.INFORMATIONAL and evidence.source != LATE_RESPONSE
+
+
 def _not_this_compensation(record: EffectRecord, original_key: IntentKey) -> IllegalTransition:
     linked = f"as compensating {record.compensates!r}" if record.compensates else "as a plain intent"
     return IllegalTransition(
@@ -300,9 +305,11 @@ class Ledger:
             return False
         record = self.store.get(evidence.tenant, evidence.intent_key)
         if record is not None:
-            record = self._expire_lease(record)
-            if record.status is S.UNKNOWN:
-                with contextlib.suppress(StaleRecord):  # settled meanwhile; the evidence is kept either way
+            with contextlib.suppress(StaleRecord):  # moved on meanwhile; the evidence is kept either way
+                record = self._expire_lease(record)
+                if record.status is S.PREPARED and (reason := self._spoken_since_reopen(record)):
+                    record = self._unknown_again(record, reason)  # reopened, then the provider spoke: settle it
+                if record.status is S.UNKNOWN:
                     self._settle_by_evidence(record)
         return True
 
@@ -437,16 +444,23 @@ class Ledger:
         """
         if record.first_dispatched_at is None:
             return None  # never sent: nothing to reconcile
-        if any(
-            e.verdict is not EvidenceVerdict.INFORMATIONAL or e.source == LATE_RESPONSE
-            for e in self._own_evidence(record)
-        ):
-            # a late answer of the earlier attempt counts even when it was a timeout: that attempt may have acted
-            return "reopened by a lookup, but the provider has spoken since"
+        if spoken := self._spoken_since_reopen(record):
+            return spoken
         if contract.may_reopen_when_absent(record.first_dispatched_at, self.clock()):
             return None  # still inside the window (or a provider whose lookups are proof)
         if any(entry.to_status is S.UNKNOWN for entry in self.store.audit_trail(record.tenant, record.intent_key)):
             return "reopened by a lookup, but the provider's key window closed before it was resent"
+        return None
+
+    def _spoken_since_reopen(self, record: EffectRecord) -> str | None:
+        """Why a ``prepared`` intent sent before must be reconciled: the provider has spoken about it, or None.
+
+        A late answer of the earlier attempt counts even when it was a timeout: that attempt may have acted.
+        """
+        if record.first_dispatched_at is None:
+            return None
+        if any(not _silent(e) for e in self._own_evidence(record)):
+            return "reopened by a lookup, but the provider has spoken since"
         return None
 
     def _unknown_again(self, record: EffectRecord, reason: str) -> EffectRecord:
@@ -660,8 +674,10 @@ class Ledger:
         self, record: EffectRecord, to: EffectStatus, result_id: str | None, lost: StaleRecord
     ) -> EffectRecord:
         current = self.get(record.intent_key, tenant=record.tenant)
-        if current.status is to and current.provider_result_id == result_id:
-            return current  # the taker-over reached the same answer; nothing to reconcile
+        if to is not S.UNKNOWN and current.status is to and current.provider_result_id == result_id:
+            return current  # the taker-over reached the same settled answer; nothing to reconcile
+        # a late *unknown* is kept even when the record says unknown too: it tells a later reopen that this
+        # attempt reached the provider and may have acted
         verdict = EvidenceVerdict.CONFIRMS if to is S.CONFIRMED else EvidenceVerdict.INFORMATIONAL
         if to is S.REJECTED and current.attempt_count == record.attempt_count:
             # a refusal settles the intent only while it answers the latest attempt: once another worker has
@@ -694,8 +710,12 @@ class Ledger:
         original names it, so one original never gets two compensations."""
         assert fresh.compensates is not None
         existing = self.store.get(fresh.tenant, fresh.intent_key)
-        if existing is not None and existing.compensates != fresh.compensates:
-            raise _not_this_compensation(existing, fresh.compensates)
+        if existing is not None:
+            if existing.compensates != fresh.compensates:
+                raise _not_this_compensation(existing, fresh.compensates)
+            self._check_digest(existing, fresh.request_digest)
+            if existing.status is S.REJECTED:
+                raise self._rejected(existing, None)  # its answer, as any rerun of a rejected intent gets it
         self._name_compensation(fresh.tenant, fresh.compensates, fresh.intent_key)
 
     def _name_compensation(self, tenant: str, original_key: IntentKey, compensation: IntentKey) -> None:
@@ -731,9 +751,16 @@ class Ledger:
         """
         assert original.compensated_by is not None
         holder = self.store.get(original.tenant, original.compensated_by)
-        if holder is not None and (holder.status is S.REJECTED or holder.compensates != original.intent_key):
-            return  # rejected; or the key was taken by something else after its naming worker was lost
-        state = holder.status.value if holder is not None else "named, never recorded: run it again with its key"
+        if holder is not None and holder.compensates != original.intent_key:
+            return  # the key was taken by something else after its naming worker was lost
+        if holder is not None and holder.status is S.REJECTED and all(_silent(e) for e in self._own_evidence(holder)):
+            return  # rejected, and no late answer says an earlier attempt of it acted
+        if holder is None:
+            state = "named, never recorded: run it again with its key"
+        elif holder.status is S.REJECTED:
+            state = "rejected, but a late answer says an earlier attempt may have acted: check at the provider"
+        else:
+            state = holder.status.value
         raise IllegalTransition(
             S.CONFIRMED.value,
             S.COMPENSATED.value,

@@ -1,0 +1,199 @@
+"""A request that outlives its worker's lease while another worker reopens the intent (a lookup proved absence).
+
+The earlier attempt may still land and act. Whatever it answers, and whenever, that answer must stop a resend,
+settle the intent, and keep a refused compensation from being replaced by a second one. Each test checks the
+generic fake's effects and the ledger rows, on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from safe_effects import (
+    EffectRecord,
+    EffectRejected,
+    EffectRequest,
+    EffectStatus,
+    EvidenceVerdict,
+    IllegalTransition,
+    IntentConflict,
+    LeaseLost,
+    Ledger,
+    LookupResult,
+    Reconciler,
+    RetryPolicy,
+)
+from safe_effects.testing import FakeClock, FakeFailure, GenericFakeAdapter, GenericFakeProvider, generic_contract
+
+KEY = "invoice:inv_42:collect:v1"
+R1, R2 = "invoice:inv_42:refund:v1", "invoice:inv_42:refund:v2"
+CHARGE = EffectRequest(operation="charge", params={"amount": 2000})
+REFUND = EffectRequest(operation="refund", params={"charge": "fx_1"})
+NO_WAIT = RetryPolicy(initial_wait=0.0, max_wait=0.05)
+OpenLedger = Callable[..., Ledger]  # the open_ledger fixture
+
+
+@dataclass
+class HeldOnTheWire(GenericFakeAdapter):
+    """The first request of ``operation`` waits on the wire until released: its worker's lease runs out."""
+
+    operation: str = "charge"
+    entered: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+
+    def dispatch(self, request: EffectRequest, provider_key: str) -> str:
+        if request.operation == self.operation and not self.entered.is_set():
+            self.entered.set()
+            assert self.release.wait(10)
+        return super().dispatch(request, provider_key)
+
+
+def in_background(call: Callable[[], object]) -> tuple[threading.Thread, list[BaseException]]:
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except Exception as error:  # the test asserts what the late worker got
+            raised.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, raised
+
+
+@pytest.mark.parametrize("dedupe", [False, True], ids=["no-keys", "keys"])
+def test_a_late_confirmation_settles_a_reopened_intent_without_a_caller(
+    open_ledger: OpenLedger, tmp_path: Path, dedupe: bool
+) -> None:
+    clock = FakeClock()
+    fake = GenericFakeProvider(tmp_path / "fake.db", clock=clock, dedupe=dedupe)
+    adapter = HeldOnTheWire(fake, generic_contract(dedupe=dedupe, lookup_proves_absence=True))
+    late, other = open_ledger(clock=clock, retry=NO_WAIT), open_ledger(clock=clock, retry=NO_WAIT)
+    thread, raised = in_background(lambda: late.execute(adapter, CHARGE, intent_key=KEY))
+    assert adapter.entered.wait(10)
+    clock.advance(late.lease.duration * 2)
+    assert other.reconcile(adapter, intent_key=KEY).status is EffectStatus.PREPARED  # not at the provider yet
+
+    adapter.release.set()  # it lands, acts, and answers after its lease
+    thread.join(10)
+
+    assert [type(error) for error in raised] == [LeaseLost]
+    record = other.get(KEY)
+    assert (record.status, record.provider_result_id) == (EffectStatus.CONFIRMED, "fx_1")
+    assert record.resolution is not None
+    assert record.resolution.method == "evidence:late_response"
+    assert len(fake.effects()) == 1
+
+
+def test_a_late_timeout_landing_during_the_reopen_still_stops_a_resend(open_ledger: OpenLedger, tmp_path: Path) -> None:
+    """A's late timeout arrives while the record still says unknown (before the reopen is written): it is
+    kept all the same, so the caller's retry looks again instead of sending a second message."""
+    clock = FakeClock()
+    fake = GenericFakeProvider(tmp_path / "fake.db", clock=clock, dedupe=False)
+    contract = generic_contract(dedupe=False, lookup_proves_absence=True)
+    held = HeldOnTheWire(fake, contract)
+    late, other = open_ledger(clock=clock, retry=NO_WAIT), open_ledger(clock=clock, retry=NO_WAIT)
+    fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)  # A's request acts; its answer is a timeout
+    thread, raised = in_background(lambda: late.execute(held, CHARGE, intent_key=KEY))
+
+    class LookupThenTheLateOneLands(GenericFakeAdapter):
+        def lookup(self, record: EffectRecord) -> LookupResult:
+            found = super().lookup(record)  # absent: A's request is not there yet
+            held.release.set()
+            thread.join(10)  # A lands, acts, times out and records its outcome
+            return found
+
+    assert held.entered.wait(10)
+    clock.advance(late.lease.duration * 2)
+    other.reconcile(LookupThenTheLateOneLands(fake, contract), intent_key=KEY)
+    assert [type(error) for error in raised] == [LeaseLost]
+    assert [e.source for e in other.store.evidence_for("default", KEY)] == ["late_response"]
+
+    receipt = other.execute(GenericFakeAdapter(fake, contract), CHARGE, intent_key=KEY)  # the caller retries
+
+    assert receipt.record.status is EffectStatus.CONFIRMED  # a fresh lookup now finds it
+    assert len(fake.effects()) == 1
+
+
+def test_a_refund_that_acted_while_reopened_marks_its_original(open_ledger: OpenLedger, tmp_path: Path) -> None:
+    clock = FakeClock()
+    fake = GenericFakeProvider(tmp_path / "fake.db", clock=clock)
+    adapter = HeldOnTheWire(fake, generic_contract(lookup_proves_absence=True), operation="refund")
+    late, other = open_ledger(clock=clock, retry=NO_WAIT), open_ledger(clock=clock, retry=NO_WAIT)
+    other.execute(adapter, CHARGE, intent_key=KEY)
+    thread, raised = in_background(lambda: late.compensate(adapter, REFUND, original_key=KEY, compensating_key=R1))
+    assert adapter.entered.wait(10)
+    clock.advance(late.lease.duration * 2)
+    assert other.reconcile(adapter, intent_key=R1).status is EffectStatus.PREPARED
+
+    adapter.release.set()
+    thread.join(10)
+
+    assert [type(error) for error in raised] == [LeaseLost]
+    assert [e.key for e in fake.effects() if "refund" in e.key] == [f"default/{R1}"]
+    assert other.get(R1).status is EffectStatus.CONFIRMED
+    original = other.get(KEY)
+    assert (original.status, original.compensated_by) == (EffectStatus.COMPENSATED, R1)
+    Reconciler(other, {"fake": adapter}).run_once()  # nothing left for a sweep to do
+    clock.advance(timedelta(hours=1))
+    assert other.get(KEY).status is EffectStatus.COMPENSATED
+
+
+def test_a_rejected_refund_a_late_answer_contradicts_is_not_replaced(open_ledger: OpenLedger, tmp_path: Path) -> None:
+    """No keys: A's refund R1 outlives its lease; B reopens R1 and the rerun is declined (R1 rejected); then
+    A's request lands and acts. R1's rejection is contradicted, so R2 may not take over: one refund."""
+    clock = FakeClock()
+    fake = GenericFakeProvider(tmp_path / "fake.db", clock=clock, dedupe=False)
+    adapter = HeldOnTheWire(fake, generic_contract(dedupe=False, lookup_proves_absence=True), operation="refund")
+    late, other = open_ledger(clock=clock, retry=NO_WAIT), open_ledger(clock=clock, retry=NO_WAIT)
+    other.execute(adapter, CHARGE, intent_key=KEY)
+    thread, raised = in_background(lambda: late.compensate(adapter, REFUND, original_key=KEY, compensating_key=R1))
+    assert adapter.entered.wait(10)
+    clock.advance(late.lease.duration * 2)
+    assert other.reconcile(adapter, intent_key=R1).status is EffectStatus.PREPARED
+    fake.fail_next(FakeFailure.DECLINED)
+    with pytest.raises(EffectRejected):
+        other.compensate(adapter, REFUND, original_key=KEY, compensating_key=R1)
+    adapter.release.set()
+    thread.join(10)
+    assert [e.verdict for e in other.store.evidence_for("default", R1)] == [EvidenceVerdict.CONFIRMS]
+
+    with pytest.raises(IllegalTransition, match="a late answer says an earlier attempt may have acted"):
+        other.compensate(adapter, REFUND, original_key=KEY, compensating_key=R2)
+
+    assert [e.key for e in fake.effects() if "refund" in e.key] == [f"default/{R1}"]
+    assert [type(error) for error in raised] == [LeaseLost]
+
+
+def test_rerunning_a_rejected_or_conflicting_compensation_writes_nothing(
+    open_ledger: OpenLedger, tmp_path: Path
+) -> None:
+    clock = FakeClock()
+    fake = GenericFakeProvider(tmp_path / "fake.db", clock=clock)
+    adapter = GenericFakeAdapter(fake, generic_contract())
+    ledger = open_ledger(clock=clock, retry=NO_WAIT)
+    ledger.execute(adapter, CHARGE, intent_key=KEY)
+    fake.fail_next(FakeFailure.DECLINED, FakeFailure.DECLINED)
+    for key in (R1, R2):
+        with pytest.raises(EffectRejected):
+            ledger.compensate(adapter, REFUND, original_key=KEY, compensating_key=key)
+    before = ledger.get(KEY)
+    assert before.compensated_by == R2
+
+    with pytest.raises(IntentConflict):  # R1 again, other params
+        ledger.compensate(
+            adapter, EffectRequest(operation="refund", params={"charge": "fx_9"}), original_key=KEY, compensating_key=R1
+        )
+    with pytest.raises(EffectRejected):  # R1 again, as it was: its answer
+        ledger.compensate(adapter, REFUND, original_key=KEY, compensating_key=R1)
+
+    after = ledger.get(KEY)
+    assert (after.version, after.compensated_by) == (before.version, R2)
+    assert [e.key for e in fake.effects() if "refund" in e.key] == []
