@@ -722,8 +722,8 @@ class Ledger:
         """Set ``compensated_by`` on the confirmed original, conditional on the version read.
 
         The original stays ``confirmed`` until the compensation is confirmed. Of two compensations racing
-        with different keys, one holds it; another key may take over only from a compensation that was
-        rejected or never sent, or from a name whose record was never written (a worker lost in between).
+        with different keys, one holds it; another key may take over only where ``_check_replaceable`` says
+        the named one can never act.
         """
         original = self.get(original_key, tenant=tenant)
         while original.compensated_by != compensation:
@@ -732,16 +732,20 @@ class Ledger:
             if original.compensated_by is not None:
                 self._check_replaceable(original)
             try:
-                original = self.store.transition(
-                    original,
-                    S.CONFIRMED,
-                    now=self.clock(),
-                    actor=self.worker_id,
-                    reason=f"compensation {compensation} about to be sent",
-                    changes={"compensated_by": compensation},
-                )
+                original = self._rename(original, compensation, f"compensation {compensation} about to be sent")
             except StaleRecord:
                 original = self.get(original_key, tenant=tenant)
+
+    def _rename(self, original: EffectRecord, compensation: IntentKey | None, reason: str) -> EffectRecord:
+        """The one write that names (or, with None, un-names) the compensation on a confirmed original."""
+        return self.store.transition(
+            original,
+            S.CONFIRMED,
+            now=self.clock(),
+            actor=self.worker_id,
+            reason=reason,
+            changes={"compensated_by": compensation},
+        )
 
     def _check_replaceable(self, original: EffectRecord) -> None:
         """Refuse to take over the compensation ``original`` names unless the provider rejected it.
@@ -796,14 +800,8 @@ class Ledger:
         if record.compensates != fresh.compensates:
             if original.status is S.CONFIRMED and original.compensated_by == fresh.intent_key:
                 with contextlib.suppress(StaleRecord):  # moved on meanwhile: then it is not ours to clear
-                    self.store.transition(
-                        original,
-                        S.CONFIRMED,
-                        now=self.clock(),
-                        actor=self.worker_id,
-                        reason=f"compensation {fresh.intent_key} refused: the key is recorded as something else",
-                        changes={"compensated_by": None},
-                    )
+                    why = f"compensation {fresh.intent_key} refused: the key is recorded as something else"
+                    self._rename(original, None, why)
             raise _not_this_compensation(record, fresh.compensates)
         raise IllegalTransition(
             original.status.value,
