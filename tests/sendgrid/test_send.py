@@ -91,6 +91,17 @@ def test_a_message_carrying_our_custom_args_is_refused(
     assert fake.requests() == []
 
 
+@pytest.mark.parametrize("message", ["not a mail", None, b"{}", 42], ids=["str", "None", "bytes", "int"])
+def test_a_message_that_is_neither_a_mail_nor_a_dict_is_invalid_input_before_anything(
+    sg: SendGridAPIClient, fake: FakeSendGrid, ledger: Ledger, key: str, message: Any
+) -> None:
+    with pytest.raises(InvalidInput, match=f"must be a Mail or a dict, got {type(message).__name__}"):
+        sg.send(message, intent_key=key)
+    assert (fake.requests(), fake.effect_count) == ([], 0)
+    with pytest.raises(IntentNotFound):
+        ledger.get(key)
+
+
 def _oversize(body: dict[str, Any]) -> dict[str, Any]:
     """Custom args that fit SendGrid's 10,000 bytes alone, but not with the wrapper's three."""
     return {**body, "custom_args": {"order": "x" * (CUSTOM_ARGS_LIMIT - 50)}}

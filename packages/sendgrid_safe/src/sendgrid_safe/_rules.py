@@ -158,8 +158,14 @@ def retry_after(headers: Any) -> float | None:
 
 
 def message_body(message: Any) -> dict[str, Any]:
-    """The Mail Send body the SDK would post: a dict as is, a ``Mail`` through ``.get()``."""
-    body = message if isinstance(message, dict) else message.get()
+    """The Mail Send body the SDK would post: a dict as is, a ``Mail`` through ``.get()``.
+
+    The type is checked before ``.get()`` is called, so a str, bytes or None is InvalidInput, not AttributeError.
+    """
+    if isinstance(message, dict):
+        return message
+    get = getattr(message, "get", None)
+    body = get() if callable(get) else None
     if not isinstance(body, dict):
         raise InvalidInput(f"a SendGrid message must be a Mail or a dict, got {type(message).__name__}")
     return body
