@@ -7,6 +7,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import pytest
+from botocore.exceptions import UnknownServiceError
 from botocore.stub import ANY, Stubber
 
 import ses_safe
@@ -15,6 +16,7 @@ from safe_effects import (
     EffectStatus,
     IntentConflict,
     IntentNotFound,
+    InvalidInput,
     Ledger,
     LookupStatus,
     MissingIntentKey,
@@ -228,5 +230,31 @@ def test_hooks_registered_on_the_wrapped_clients_meta_events_see_the_guarded_sen
     assert params["Tags"][0] == {"Name": INTENT_TAG, "Value": "signup-u_5f1-welcome-v1"}
     assert send == ("send", proxy.url + "/")
     assert len(proxy.sends()) == 1
+    [sent] = moto_sent_messages(moto)
+    assert ledger.get(KEY).provider_result_id == answer["MessageId"] == sent["id"]
+
+
+@pytest.mark.parametrize("name", ["SES", "SESv2", "ses-v2", "email"])
+def test_a_service_name_boto3_does_not_know_is_refused_before_anything(
+    wrapped: Any, raw_client: Any, proxy: MotoFaultProxy, ledger: Ledger, name: str
+) -> None:
+    """Any name but "ses" once built a SESv2 client: a v1 send then failed validation and burnt its intent."""
+    with pytest.raises(UnknownServiceError):
+        raw_client(name)  # the plain SDK refuses the same name
+    with pytest.raises(InvalidInput, match=rf"wraps 'ses' or 'sesv2', got '{name}'"):
+        wrapped(name)
+    assert proxy.exchanges == []
+    assert ledger.store.list_by_status(list(EffectStatus)) == []
+
+
+@pytest.mark.parametrize("service", ["ses", "sesv2"])
+def test_region_name_is_the_second_positional_argument_like_boto3(
+    proxy: MotoFaultProxy, moto: str, ledger: Ledger, boto_session: Any, emails: dict[str, Any], service: str
+) -> None:
+    options = {"endpoint_url": proxy.url, "session": boto_session, "configuration_set": "safe-effects"}
+    credentials = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+    client = ses_safe.client(service, "us-east-1", ledger=ledger, **options, **credentials)  # type: ignore[call-overload]
+    answer = client.send_email(IntentKey=KEY, **emails[service])
+    assert client.meta.region_name == client.without_ledger(reason="a region check").meta.region_name == "us-east-1"
     [sent] = moto_sent_messages(moto)
     assert ledger.get(KEY).provider_result_id == answer["MessageId"] == sent["id"]

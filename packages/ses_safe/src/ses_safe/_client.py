@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from mypy_boto3_sesv2 import SESV2Client
 
 INTENT_KWARG = "IntentKey"
+SERVICE_NAMES = ("ses", "sesv2")  # exactly as boto3 names them
 # Sends the ledger cannot guard: several messages per call (one intent has one MessageId), or mail that is
 # not the caller's message (bounces, verification mail). Refused on the wrapped client, never passed through.
 _UNGUARDED_SENDS = {
@@ -43,6 +44,13 @@ class MissingConfigurationSet(InvalidInput):
     """A send without a configuration set publishes no events, so an unknown could never be reconciled."""
 
     code = "missing_configuration_set"
+
+
+def _check_service_name(service_name: object) -> None:
+    """Only boto3's exact names: any other (``"SES"``, ``"ses-v2"``) would build the wrong client, and a send
+    shaped for the other API would fail validation and burn its intent as rejected."""
+    if service_name not in SERVICE_NAMES:
+        raise InvalidInput(f"ses_safe.client wraps {' or '.join(map(repr, SERVICE_NAMES))}, got {service_name!r}")
 
 
 def boundary_config(*, connect_timeout: float, read_timeout: float, base: Config | None = None) -> Config:
@@ -191,11 +199,16 @@ class SafeSESv2Client(_SafeClient):
 
 
 @overload
-def client(service_name: Literal["ses"], *, ledger: Ledger, **options: Any) -> SafeSESClient: ...
+def client(
+    service_name: Literal["ses"], region_name: str | None = None, *, ledger: Ledger, **options: Any
+) -> SafeSESClient: ...
 @overload
-def client(service_name: Literal["sesv2"], *, ledger: Ledger, **options: Any) -> SafeSESv2Client: ...
+def client(
+    service_name: Literal["sesv2"], region_name: str | None = None, *, ledger: Ledger, **options: Any
+) -> SafeSESv2Client: ...
 def client(
     service_name: Literal["ses", "sesv2"],
+    region_name: str | None = None,
     *,
     ledger: Ledger,
     tenant: str = DEFAULT_TENANT,
@@ -206,8 +219,10 @@ def client(
     session: boto3.session.Session | None = None,
     **client_kwargs: Any,
 ) -> SafeSESClient | SafeSESv2Client:
-    """Like ``boto3.client(service_name, ...)``; one attempt and explicit timeouts for every call (see
-    ``_SafeClient``), sends through ``ledger``. ``without_ledger`` and insights lookups use your ``config``."""
+    """Like ``boto3.client(service_name, region_name, ...)``; one attempt and explicit timeouts for every call
+    (see ``_SafeClient``), sends through ``ledger``. ``without_ledger`` and insights lookups use your ``config``."""
+    _check_service_name(service_name)
+    client_kwargs = {"region_name": region_name, **client_kwargs}
     session = session or boto3.session.Session()
     forced = boundary_config(connect_timeout=connect_timeout, read_timeout=read_timeout, base=config)
     if service_name == "ses":
