@@ -43,6 +43,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "LeaseLost",
         "LeasePolicy",
         "Ledger",
+        "LedgerUnavailable",
         "LookupKind",
         "LookupMethod",
         "LookupResult",
@@ -121,6 +122,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "write_succeeded",
     ],
     "stripe_safe": [
+        "AnswerUnavailable",
         "BASE_CONTRACT",
         "MAX_METADATA_KEYS",
         "METADATA_INTENT",

@@ -9,11 +9,12 @@ from collections.abc import Iterator
 
 import pytest
 import stripe
+from stripe.oauth_error import InvalidClientError, InvalidGrantError, OAuthError
 
 from safe_effects import Outcome, Verdict
 from safe_effects.testing import Fault
 from stripe_safe import classify
-from stripe_safe.testing import FakeStripe, rate_limit_fault, server_error_fault
+from stripe_safe.testing import FakeStripe, rate_limit_fault, server_error_fault, stripe_error_fault
 
 from .conftest import API_KEY, PI, raw_client
 
@@ -63,6 +64,53 @@ def test_same_key_other_params_is_an_idempotency_error(sdk: stripe.StripeClient)
     )
     assert isinstance(error, stripe.IdempotencyError)
     assert verdict.outcome is Outcome.FINAL
+
+
+V2_PATH = "/v2/money_management/outbound_payments"
+V2_PAYMENT = {"from": {"financial_account": "fa_1", "currency": "usd"}, "amount": {"value": 100, "currency": "usd"}}
+
+
+@pytest.mark.parametrize(
+    ("status", "type_", "error_class", "outcome"),
+    [
+        (400, "insufficient_funds", stripe.InsufficientFundsError, Outcome.FINAL),
+        (400, "already_canceled", stripe.AlreadyCanceledError, Outcome.FINAL),
+        (400, "not_cancelable", stripe.NotCancelableError, Outcome.FINAL),
+        (400, "quota_exceeded", stripe.QuotaExceededError, Outcome.FINAL),
+        (403, "blocked_by_stripe", stripe.BlockedByStripeError, Outcome.FINAL),
+        (409, "not_cancelable", stripe.NotCancelableError, Outcome.UNKNOWN),  # a conflict: not a plain refusal
+        (500, "api_error", stripe.APIError, Outcome.UNKNOWN),
+    ],
+)
+def test_v2_typed_errors_are_final_only_as_a_refusal(
+    fake: FakeStripe,
+    sdk: stripe.StripeClient,
+    status: int,
+    type_: str,
+    error_class: type[stripe.StripeError],
+    outcome: Outcome,
+) -> None:
+    fake.inject(stripe_error_fault(status, type_, "refused", code=type_, path_prefix=V2_PATH))
+    verdict, error = verdict_of(lambda: sdk.v2.money_management.outbound_payments.create(params=V2_PAYMENT))  # type: ignore[arg-type]
+    assert type(error) is error_class
+    assert verdict.outcome is outcome
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "error_class"),
+    [(400, "invalid_grant", InvalidGrantError), (401, "invalid_client", InvalidClientError)],
+)
+def test_an_oauth_error_is_final(fake: FakeStripe, status: int, code: str, error_class: type[OAuthError]) -> None:
+    sdk = stripe.StripeClient(
+        API_KEY,
+        base_addresses={"api": fake.url, "connect": fake.url},
+        max_network_retries=0,
+        http_client=stripe.RequestsClient(),
+    )
+    fake.inject(Fault.status_code(status, body={"error": code, "error_description": "refused"}, path_prefix="/oauth/"))
+    verdict, error = verdict_of(lambda: sdk.oauth.token(params={"grant_type": "authorization_code", "code": "ac_x"}))
+    assert type(error) is error_class
+    assert (verdict.outcome, verdict.error_code, verdict.provider_result_id) == (Outcome.FINAL, code, None)
 
 
 def test_rate_limit_is_retryable_with_retry_after(fake: FakeStripe, sdk: stripe.StripeClient) -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from safe_effects import DEFAULT_TENANT, ApprovalThresholds, IntentKey, LookupKind, ParameterMatching
 from stripe_safe import METADATA_INTENT, METADATA_TENANT, contract_for, operation_for, provider_key, search_query
-from stripe_safe._contract import deleted_object_type, retrieve_path, stamp_metadata, summary_for
+from stripe_safe._contract import deleted_object_type, read_params, retrieve_path, stamp_metadata, summary_for
 from stripe_safe.testing._form import decode_form, parse_search
 
 
@@ -113,3 +113,12 @@ def test_a_money_movement_without_an_amount_needs_a_second_operator(
     assert "email" not in summary  # never customer data
     thresholds = ApprovalThresholds.parse("eur=100000,usd=100000")
     assert (thresholds.requires_approval(summary) is not None) is needs_second_operator
+
+
+def test_read_params_carry_the_shape_of_the_writes_answer() -> None:
+    assert read_params("/v1/payment_intents", {"amount": 1, "expand": ["latest_charge"]}) == {
+        "expand": ["latest_charge"]
+    }
+    assert read_params("/v2/core/accounts", {"include": ["identity"], "expand": ["x"]}) == {"include": ["identity"]}
+    assert read_params("/v1/payment_intents", {"include": ["x"]}) is None
+    assert read_params("/oauth/token", {"expand": ["x"]}) is None

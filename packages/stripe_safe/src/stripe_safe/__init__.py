@@ -2,7 +2,7 @@
 
 from ._adapter import StripeAdapter, StripeCall, StripeTransport
 from ._classify import classify
-from ._client import StripeClient, receipt_of
+from ._client import AnswerUnavailable, StripeClient, receipt_of
 from ._contract import (
     BASE_CONTRACT,
     MAX_METADATA_KEYS,
@@ -19,6 +19,7 @@ from ._from_env import adapter_from_env
 __all__ = [
     "adapter_from_env",
     "StripeClient",
+    "AnswerUnavailable",
     "receipt_of",
     "StripeAdapter",
     "StripeCall",

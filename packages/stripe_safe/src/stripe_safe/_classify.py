@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import requests
 import stripe
 import urllib3.exceptions
+from stripe.oauth_error import OAuthError
 
 from safe_effects import Outcome, Verdict
 
@@ -21,7 +22,12 @@ _FINAL = (
     stripe.InvalidRequestError,
     stripe.AuthenticationError,
     stripe.PermissionError,
+    OAuthError,  # /oauth/token and /oauth/deauthorize refused (invalid_grant, invalid_client...): nothing done
 )
+# The statuses of a refusal Stripe answered with a typed error body: the request was refused, nothing done. v2's
+# own classes (InsufficientFundsError, AlreadyCanceledError, NotCancelableError...) subclass StripeError directly.
+# Not 409 (a key still executing), 429 (rate limited: retryable) or 5xx (it may have run).
+_REFUSED_STATUSES = frozenset({400, 402, 403, 404})
 # Any of these in the chain means bytes may have reached Stripe: never treat as "not sent".
 _AFTER_SEND = (
     requests.exceptions.ReadTimeout,
@@ -67,11 +73,17 @@ def _error_code(error: stripe.StripeError) -> str | None:
 
 def _declined_object(error: stripe.StripeError) -> str | None:
     """What a declined card still created: the PaymentIntent (``error.payment_intent``), else the failed
-    charge of a ``charges.create`` (``error.charge``)."""
-    if error.error is None:
+    charge of a ``charges.create`` (``error.charge``). An OAuth error's object has neither field."""
+    if error.error is None or isinstance(error, OAuthError):
         return None
     intent = error.error.payment_intent
     return intent.id if intent is not None else error.error.charge
+
+
+def _refused(error: stripe.StripeError) -> bool:
+    """A typed refusal: a 400/402/403/404 the SDK parsed into an error class of its own (not the APIError it
+    raises for an answer it could not read)."""
+    return not isinstance(error, stripe.APIError | stripe.APIConnectionError) and error.http_status in _REFUSED_STATUSES
 
 
 def _connection(error: stripe.APIConnectionError) -> Verdict:
@@ -89,7 +101,7 @@ def classify(error: BaseException) -> Verdict:
     """The verdict for one exception from a Stripe write; unrecognised means unknown, never definitive."""
     if isinstance(error, stripe.RateLimitError):  # 429: rate limiting runs before the endpoint executes
         return Verdict.of(error, Outcome.RETRYABLE, _error_code(error) or "rate_limit", retry_after=_retry_after(error))
-    if isinstance(error, _FINAL):
+    if isinstance(error, _FINAL) or (isinstance(error, stripe.StripeError) and _refused(error)):
         return Verdict.of(error, Outcome.FINAL, _error_code(error), provider_result_id=_declined_object(error))
     if isinstance(error, stripe.APIConnectionError):
         return _connection(error)

@@ -27,12 +27,14 @@ from stripe._v2_services import V2Services
 
 from safe_effects import (
     DEFAULT_TENANT,
+    EffectRecord,
     EffectRequest,
     IntentKey,
     InvalidInput,
     InvalidIntentKey,
     Ledger,
     MissingIntentKey,
+    ProviderContract,
     Receipt,
     SafeEffectsError,
     check_tenant,
@@ -42,9 +44,12 @@ from ._adapter import StripeAdapter, StripeCall, scope_options
 from ._contract import (
     CONNECT_TIMEOUT,
     READ_TIMEOUT,
+    RESERVED_HEADERS,
     WRITE_METHODS,
     deleted_object_type,
     operation_for,
+    read_params,
+    reserved_header,
     retrieve_path,
     scope_of,
     stamp_metadata,
@@ -60,6 +65,40 @@ KEY_HINT = (
     "'invoice:inv_42:collect:v1' (never a random value or an attempt number); for a call you have checked is "
     "safe to repeat, use client.without_ledger(reason=...)"
 )
+
+
+class AnswerUnavailable(SafeEffectsError):
+    """A repeated call of a confirmed intent whose answer cannot be rebuilt: no GET serves the object, and a
+    same-key replay is no longer certain to be deduped by Stripe. The effect happened once; nothing was resent."""
+
+    code = "answer_unavailable"
+
+    def __init__(self, record: EffectRecord, why: str) -> None:
+        self.intent_key, self.record = record.intent_key, record
+        made = f"object {record.provider_result_id}" if record.provider_result_id else "an object without an id"
+        super().__init__(
+            f"intent {record.intent_key!r} is confirmed ({made}) but its answer cannot be rebuilt: {why}; "
+            "nothing was sent again"
+        )
+
+
+def _no_replay(contract: ProviderContract, record: EffectRecord) -> str:
+    """Why a same-key replay of ``record`` may not be sent."""
+    deadline = None if record.first_dispatched_at is None else contract.replay_deadline(record.first_dispatched_at)
+    if deadline is None:
+        return f"{record.operation} has no same-key replay"
+    return f"Stripe's key window for a same-key replay closed at {deadline.isoformat()} (margin included)"
+
+
+def _refuse_reserved_headers(options: RequestOptions | None) -> None:
+    """The SDK applies ``options["headers"]`` over its own: an Idempotency-Key there would replace the ledger's
+    key, a Stripe-Account or Stripe-Context would act on an account the ledger never recorded."""
+    header = reserved_header((options or {}).get("headers"))
+    if header is not None:
+        raise InvalidInput(
+            f"options['headers'] sets {header!r}, which a safe StripeClient write takes from request options only: "
+            f"use {RESERVED_HEADERS[header.lower()]} instead"
+        )
 
 
 def _intent_key(options: RequestOptions | None) -> IntentKey:
@@ -184,6 +223,7 @@ class _LedgerRequestor(_APIRequestor):
             if self.transport is not self:  # a view's reads, too, return objects not bound to the view
                 return self.transport.request(method, url, params, options, base_address=base_address, usage=usage)
             return super().request(method, url, params, options, base_address=base_address, usage=usage)
+        _refuse_reserved_headers(options)
         intent = self._intent_for(options)
         path = url.split("?", 1)[0]
         operation = operation_for(path, method)
@@ -204,22 +244,43 @@ class _LedgerRequestor(_APIRequestor):
             receipt = self.ledger.compensate(
                 self.adapter, request, original_key=self.compensates, compensating_key=intent, tenant=self.tenant
             )
-        if receipt.response is not None:
-            answer: stripe.StripeObject = receipt.response
-        elif receipt.provider_result_id is None:
-            raise SafeEffectsError(f"intent {intent!r} is confirmed without a Stripe object id to retrieve")
-        else:
-            where = retrieve_path(path, receipt.provider_result_id)
-            try:
-                answer = self.transport.read(where, None, _read_options(options, scope))  # a read, never a write
-            except stripe.InvalidRequestError as gone:
-                if not operation.endswith(".delete") or gone.http_status != 404:
-                    raise
-                # most deleted objects are gone for a GET: answer with Stripe's own shape of a delete's answer
-                gone_object = {"id": receipt.provider_result_id, "object": deleted_object_type(path), "deleted": True}
-                answer = _convert_to_stripe_object(resp=gone_object, requestor=self.transport, api_mode="V1")
+        answer: stripe.StripeObject = (
+            receipt.response
+            if receipt.response is not None
+            else self._rebuilt(receipt.record, request, caller, _read_options(options, scope))
+        )
         setattr(answer, _RECEIPT_ATTRIBUTE, receipt)
         return answer
+
+    def _rebuilt(
+        self, record: EffectRecord, request: EffectRequest, caller: Mapping[str, Any], read: RequestOptions
+    ) -> stripe.StripeObject:
+        """The answer to a repeated call of a confirmed intent: a GET of the recorded object, shaped by the call's
+        ``expand`` / ``include``; else Stripe's saved answer by a same-key replay."""
+        path: str = request.params["path"]
+        if record.provider_result_id is None:  # an account link, a meter event: nothing to GET
+            return self._replayed(record, request, None)
+        where = retrieve_path(path, record.provider_result_id)
+        try:
+            return self.transport.read(where, read_params(path, caller), read)  # a read, never a write
+        except stripe.InvalidRequestError as missing:
+            if missing.http_status != 404:
+                raise
+            if request.operation.endswith(".delete"):
+                # most deleted objects are gone for a GET: answer with Stripe's own shape of a delete's answer
+                gone = {"id": record.provider_result_id, "object": deleted_object_type(path), "deleted": True}
+                return _convert_to_stripe_object(resp=gone, requestor=self.transport, api_mode="V1")
+            return self._replayed(record, request, missing)  # a billing portal session: Stripe serves no GET
+
+    def _replayed(
+        self, record: EffectRecord, request: EffectRequest, missing: stripe.InvalidRequestError | None
+    ) -> stripe.StripeObject:
+        """Stripe's saved answer: the same call under the key it was first sent with, which Stripe replays without
+        acting again, but only while the contract says Stripe still holds that key (window minus margin)."""
+        contract = self.adapter.contract_for(request.operation)
+        if record.provider_key is None or not contract.can_replay(record.first_dispatched_at, self.ledger.clock()):
+            raise AnswerUnavailable(record, _no_replay(contract, record)) from missing
+        return self.adapter.dispatch(request, record.provider_key)
 
     async def request_async(
         self,

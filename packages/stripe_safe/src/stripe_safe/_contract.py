@@ -177,6 +177,31 @@ def retrieve_path(path: str, result_id: str) -> str:
     return "/".join([*segments, result_id])
 
 
+# The param that shapes an answer (which fields come expanded), by API version: a read-back asks for the same shape.
+ANSWER_SHAPE = {"v1": "expand", "v2": "include"}
+# Headers a caller must not set per call: the ledger's key and the account are request options it records.
+RESERVED_HEADERS: Mapping[str, str] = {
+    "idempotency-key": "options={'idempotency_key': <intent key>} (or client.for_intent(...))",
+    "stripe-account": "options={'stripe_account': ...}",
+    "stripe-context": "options={'stripe_context': ...}",
+}
+
+
+def read_params(path: str, params: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The caller's ``expand`` (v1) or ``include`` (v2), for a GET of what a write to ``path`` produced, so
+    the ledger's answer has the shape the write's answer had."""
+    version = path.lstrip("/").split("/", 1)[0]
+    name = ANSWER_SHAPE.get(version)
+    if name is None or not params.get(name):
+        return None
+    return {name: params[name]}
+
+
+def reserved_header(headers: Mapping[str, Any] | None) -> str | None:
+    """The first per-call header that would bypass the ledger (its key, or an unrecorded account), or None."""
+    return next((name for name in headers or {} if name.lower() in RESERVED_HEADERS), None)
+
+
 def provider_key(tenant: str, intent_key: IntentKey) -> str:
     """The Idempotency-Key: the intent itself for the default tenant, tenant-qualified otherwise (≤ 255).
 

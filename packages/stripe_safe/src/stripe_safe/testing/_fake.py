@@ -25,7 +25,7 @@ from safe_effects import Clock, system_clock
 from safe_effects.testing import FakeHTTPServer, FakeRequest, FakeResponse, Fault
 from stripe_safe._contract import operation_for
 
-from ._form import decode_form, flat_query, parse_search
+from ._form import decode_form, decode_query, flat_query, parse_search
 from ._objects import KINDS, ApiError, Result, World
 
 _SEARCHABLE = ("payment_intents", "charges", "customers", "invoices", "subscriptions")
@@ -245,7 +245,8 @@ class FakeStripe:
                 return Result(refused.status, refused.body)
             if result.effect:
                 self._effects[operation] += 1
-            return Result(result.status, json.loads(json.dumps(result.body)), result.effect)  # a snapshot
+            body = self.world.expanded(result.body, params.get("expand"))
+            return Result(result.status, json.loads(json.dumps(body)), result.effect)  # a snapshot
 
     def _writes(self) -> Mapping[str, Callable[[str, Mapping[str, Any]], Result]]:
         w = self.world
@@ -262,6 +263,8 @@ class FakeStripe:
             "invoices.pay": w.pay_invoice,
             "subscriptions.create": lambda _, p: w.create_subscription(p),
             "subscriptions.delete": w.cancel_subscription,
+            "account_links.create": lambda _, p: w.create_account_link(p),
+            "billing_portal.sessions": lambda _, p: w.create_portal_session(p),  # operation_for's name for the path
         }
 
     def _read(self, request: FakeRequest, account: str) -> Result:
@@ -276,7 +279,8 @@ class FakeStripe:
                 return self._search(kind, request.path, query.get("query", ""))
             if len(segments) == 3:
                 try:
-                    return Result(200, dict(self.world.get(kind, segments[2])))
+                    found = self.world.get(kind, segments[2])
+                    return Result(200, self.world.expanded(found, decode_query(request.query).get("expand")))
                 except ApiError as missing:
                     return Result(missing.status, missing.body)
             listed = self.world.listed(kind, query)[: int(query.get("limit", "10"))]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -25,8 +25,17 @@ def _listify(node: Any) -> Any:
 
 def decode_form(body: bytes) -> dict[str, Any]:
     """``a=1&metadata[k]=v&expand[0]=x`` → ``{"a": "1", "metadata": {"k": "v"}, "expand": ["x"]}``."""
+    return _decode(parse_qsl(body.decode(), keep_blank_values=True))
+
+
+def decode_query(query: Mapping[str, list[str]]) -> dict[str, Any]:
+    """A GET query string's nested fields, as :func:`decode_form` decodes a body (``expand[0]=x``)."""
+    return _decode((name, value) for name, values in query.items() for value in values)
+
+
+def _decode(pairs: Iterable[tuple[str, str]]) -> dict[str, Any]:
     root: dict[str, Any] = {}
-    for name, value in parse_qsl(body.decode(), keep_blank_values=True):
+    for name, value in pairs:
         head, _, rest = name.partition("[")
         path = [head, *_SEGMENT.findall("[" + rest)] if rest else [head]
         node = root

@@ -114,6 +114,17 @@ class World:
             )
         return obj
 
+    def expanded(self, obj: Mapping[str, Any], fields: Any) -> dict[str, Any]:
+        """``obj`` with each top-level field named in ``fields`` (Stripe's ``expand``) that holds the id of an
+        object the fake has replaced by that object; the fake expands no nested paths."""
+        found = dict(obj)
+        for name in fields if isinstance(fields, list) else []:
+            oid = found.get(name)
+            target = next((o[oid] for o in self.objects.values() if oid in o), None) if isinstance(oid, str) else None
+            if target is not None:
+                found[name] = dict(target)
+        return found
+
     # -- payment intents ----------------------------------------------------------------------------------
 
     def create_payment_intent(self, params: Mapping[str, Any]) -> Result:
@@ -361,6 +372,31 @@ class World:
             )
         invoice.update(status="paid", paid=True)
         return Result(200, invoice, effect=True)
+
+    # -- links and sessions: created, never retrieved --------------------------------------------------------
+
+    def create_account_link(self, params: Mapping[str, Any]) -> Result:
+        """An AccountLink: ``object``, ``created``, ``expires_at`` (5 minutes on) and ``url``; it has no ``id``."""
+        _required(params, "account")
+        _required(params, "type")
+        now = int(self.clock().timestamp())
+        url = f"https://connect.stripe.com/setup/s/F{next(self._ids):07d}"
+        return Result(200, {"object": "account_link", "created": now, "expires_at": now + 300, "url": url}, effect=True)
+
+    def create_portal_session(self, params: Mapping[str, Any]) -> Result:
+        """A billing portal session for an existing customer; Stripe serves no GET for one (a 404 here too)."""
+        customer = self.get("customers", str(_required(params, "customer")))
+        number = next(self._ids)
+        session = {
+            "id": f"bps_F{number:07d}",
+            "object": "billing_portal.session",
+            "created": int(self.clock().timestamp()),
+            "customer": customer["id"],
+            "livemode": False,
+            "return_url": params.get("return_url"),
+            "url": f"https://billing.stripe.com/p/session/F{number:07d}",
+        }
+        return Result(200, session, effect=True)
 
     # -- subscriptions (cancel is a DELETE) ---------------------------------------------------------------
 

@@ -1,0 +1,199 @@
+"""Drop-in fidelity: what a plain SDK call does, the safe client does too, without a second effect.
+
+Per-call headers that would bypass the ledger, ``expand`` on a ledger answer, confirmed creates whose answer no GET
+serves, v2 typed refusals and OAuth refusals: the real SDK over HTTP to FakeStripe, both sides asserted.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+import stripe
+from stripe.oauth_error import InvalidGrantError
+
+from safe_effects import EffectRejected, EffectStatus, InvalidInput
+from safe_effects.testing import Fault
+from stripe_safe import AnswerUnavailable, StripeClient, receipt_of
+from stripe_safe.testing import stripe_error_fault
+
+from .conftest import API_KEY, KEY, PI, SHORT_TIMEOUT, Env, raw_client
+
+REPLAY_WINDOW_CLOSED = timedelta(hours=23)  # Stripe's 24 h key window minus the contract's 1 h safety margin
+LINK = {"account": "acct_1", "type": "account_onboarding", "refresh_url": "https://x/r", "return_url": "https://x/b"}
+
+
+def posted_keys(env: Env, path_prefix: str) -> list[str | None]:
+    return [p.header("idempotency-key") for p in env.fake.requests("POST", path_prefix)]
+
+
+# -- 1. per-call headers that would replace the ledger's key or account ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("header", "instead"),
+    [
+        ("Idempotency-Key", "idempotency_key"),
+        ("idempotency-key", "idempotency_key"),
+        ("Stripe-Account", "stripe_account"),
+        ("STRIPE-CONTEXT", "stripe_context"),
+    ],
+)
+def test_a_header_that_would_replace_the_key_or_the_account_is_refused_before_anything_is_recorded(
+    env: Env, header: str, instead: str
+) -> None:
+    """The SDK applies ``options["headers"]`` after the Idempotency-Key and account it set: a per-attempt key
+    there (a raw-HTTP habit) would make every retry a new charge; an account there would never be recorded."""
+    env.fake.inject(Fault.drop_after_commit(path_prefix="/v1/payment_intents"))
+    options = {"idempotency_key": KEY, "headers": {header: "attempt-7f3a"}}
+    for _ in range(2):  # the first call and its retry: both refused, neither sent
+        with pytest.raises(InvalidInput, match=rf"{header}.*{instead}.* instead"):
+            env.client.v1.payment_intents.create(params=PI, options=options)  # type: ignore[arg-type]
+    assert env.fake.requests() == []
+    assert env.fake.effect_count("payment_intents.create") == 0
+    assert env.ledger.store.list_by_status(list(EffectStatus)) == []
+
+
+def test_other_headers_pass_through_under_the_ledgers_key(env: Env) -> None:
+    options = {"idempotency_key": KEY, "headers": {"X-Trace-Id": "trace-1"}}
+    created = env.client.v1.payment_intents.create(params=PI, options=options)  # type: ignore[arg-type]
+    sent = env.fake.requests("POST", "/v1/payment_intents")
+    assert [(p.header("x-trace-id"), p.header("idempotency-key")) for p in sent] == [("trace-1", KEY)]
+    assert env.fake.effect_count("payment_intents.create") == 1
+    record = env.record()
+    assert (record.status, record.provider_result_id) == (EffectStatus.CONFIRMED, created.id)
+
+
+# -- 2. the ledger's answer keeps the call's expand ------------------------------------------------------------
+
+
+def test_a_ledger_answer_reads_the_object_back_with_the_calls_expand(env: Env) -> None:
+    params = {**PI, "expand": ["latest_charge"]}
+    first = env.client.v1.payment_intents.create(params=params, options={"idempotency_key": KEY})  # type: ignore[arg-type]
+    again = env.client.v1.payment_intents.create(params=params, options={"idempotency_key": KEY})  # type: ignore[arg-type]
+
+    assert isinstance(first.latest_charge, stripe.Charge)
+    assert isinstance(again.latest_charge, stripe.Charge)  # not a bare id string on the retry
+    assert again.latest_charge.id == first.latest_charge.id
+    read_back = env.fake.requests("GET", f"/v1/payment_intents/{first.id}")
+    assert [dict(r.query) for r in read_back] == [{"expand[0]": ["latest_charge"]}]
+    assert env.posts() == 1
+    assert env.fake.effect_count("payment_intents.create") == 1
+    again_receipt = receipt_of(again)
+    assert again_receipt is not None
+    assert again_receipt.from_ledger
+    assert (env.record().status, env.record().provider_result_id) == (EffectStatus.CONFIRMED, first.id)
+
+
+# -- 3 and 4. confirmed creates whose answer no GET serves: a same-key replay inside the window -------------------
+
+
+def test_a_repeated_create_without_an_id_is_answered_by_stripes_replay_of_the_same_key(env: Env) -> None:
+    """An AccountLink has no id to GET: the repeat is the same call under the same key, which Stripe answers with
+    its saved response and does nothing new."""
+    first = env.client.v1.account_links.create(params=LINK, options={"idempotency_key": KEY})  # type: ignore[arg-type]
+    again = env.client.v1.account_links.create(params=LINK, options={"idempotency_key": KEY})  # type: ignore[arg-type]
+
+    assert again.url == first.url
+    assert posted_keys(env, "/v1/account_links") == [KEY, KEY]
+    assert [e.committed for e in env.fake.server.exchanges if e.request.method == "POST"] == [True, False]
+    assert env.fake.effect_count("account_links.create") == 1
+    record = env.record()
+    assert (record.status, record.provider_result_id, record.attempt_count) == (EffectStatus.CONFIRMED, None, 1)
+    again_receipt = receipt_of(again)
+    assert again_receipt is not None
+    assert again_receipt.from_ledger
+
+
+def test_after_the_key_window_a_create_without_an_id_is_refused_and_nothing_is_sent(env: Env) -> None:
+    env.client.v1.account_links.create(params=LINK, options={"idempotency_key": KEY})  # type: ignore[arg-type]
+    env.clock.advance(REPLAY_WINDOW_CLOSED)
+
+    with pytest.raises(AnswerUnavailable, match=r"confirmed \(an object without an id\).*key window") as caught:
+        env.client.v1.account_links.create(params=LINK, options={"idempotency_key": KEY})  # type: ignore[arg-type]
+
+    assert caught.value.intent_key == KEY
+    assert posted_keys(env, "/v1/account_links") == [KEY]
+    assert env.fake.effect_count("account_links.create") == 1
+    assert env.record().status is EffectStatus.CONFIRMED
+
+
+def portal_session(env: Env) -> stripe.billing_portal.Session:
+    return env.client.v1.billing_portal.sessions.create(
+        params={"customer": env.fake.customers[0]["id"], "return_url": "https://x/back"},
+        options={"idempotency_key": KEY},
+    )
+
+
+def test_a_repeated_create_with_no_get_endpoint_is_answered_by_stripes_replay_of_the_same_key(env: Env) -> None:
+    """A billing portal session has an id, but Stripe serves no GET for it: the read-back's 404 is followed by a
+    same-key replay, never by a call without the intent's key."""
+    raw_client(env.fake.url).v1.customers.create(params={"email": "a@example.com"})
+    first = portal_session(env)
+    again = portal_session(env)
+
+    assert (again.id, again.url) == (first.id, first.url)
+    assert len(env.fake.requests("GET", f"/v1/billing_portal/sessions/{first.id}")) == 1  # Stripe's 404
+    assert posted_keys(env, "/v1/billing_portal") == [KEY, KEY]
+    assert env.fake.effect_count("billing_portal.sessions") == 1
+    record = env.record()
+    assert (record.status, record.provider_result_id) == (EffectStatus.CONFIRMED, first.id)
+
+
+def test_after_the_key_window_a_create_with_no_get_endpoint_is_refused_and_nothing_is_sent(env: Env) -> None:
+    raw_client(env.fake.url).v1.customers.create(params={"email": "a@example.com"})
+    first = portal_session(env)
+    env.clock.advance(REPLAY_WINDOW_CLOSED)
+
+    with pytest.raises(AnswerUnavailable, match=rf"confirmed \(object {first.id}\).*key window") as caught:
+        portal_session(env)
+
+    assert isinstance(caught.value.__cause__, stripe.InvalidRequestError)  # the read-back's 404
+    assert posted_keys(env, "/v1/billing_portal") == [KEY]
+    assert env.fake.effect_count("billing_portal.sessions") == 1
+    assert env.record().status is EffectStatus.CONFIRMED
+
+
+# -- 5 and 6. v2 typed refusals and OAuth refusals are definitive -------------------------------------------------
+
+
+def test_a_v2_typed_refusal_is_rejected_not_unknown(env: Env) -> None:
+    """The SDK raises v2's own classes (here InsufficientFundsError) for a v2 400: a refusal, nothing done."""
+    path = "/v2/money_management/outbound_payments"
+    env.fake.inject(stripe_error_fault(400, "insufficient_funds", "Insufficient funds.", path_prefix=path))
+    params = {
+        "from": {"financial_account": "fa_1", "currency": "usd"},
+        "to": {"recipient": "acct_9"},
+        "amount": {"value": 100, "currency": "usd"},
+    }
+    with pytest.raises(EffectRejected) as caught:
+        env.client.v2.money_management.outbound_payments.create(params=params, options={"idempotency_key": KEY})  # type: ignore[arg-type]
+    assert isinstance(caught.value.provider_error, stripe.InsufficientFundsError)
+    with pytest.raises(EffectRejected):  # the retry is answered from the ledger
+        env.client.v2.money_management.outbound_payments.create(params=params, options={"idempotency_key": KEY})  # type: ignore[arg-type]
+    assert posted_keys(env, path) == [KEY]
+    assert not any(e.committed for e in env.fake.server.exchanges)
+    record = env.record()
+    assert (record.status, record.last_error_class) == (EffectStatus.REJECTED, "InsufficientFundsError")
+
+
+def test_an_oauth_refusal_is_rejected_not_unknown(env: Env) -> None:
+    """``client.oauth.token`` is a write through the ledger; an ``invalid_grant`` (a used or unknown code) is a
+    refusal: nothing was connected."""
+    client = StripeClient(
+        API_KEY, ledger=env.ledger, base_addresses={"api": env.fake.url, "connect": env.fake.url}, timeout=SHORT_TIMEOUT
+    )
+    body = {"error": "invalid_grant", "error_description": "Authorization code does not exist: ac_x"}
+    env.fake.inject(Fault.status_code(400, body=body, path_prefix="/oauth/token"))
+    key = "connect:ac_x:oauth_token:v1"
+
+    with pytest.raises(EffectRejected) as caught:
+        client.oauth.token(
+            params={"grant_type": "authorization_code", "code": "ac_x"}, options={"idempotency_key": key}
+        )
+
+    assert isinstance(caught.value.provider_error, InvalidGrantError)
+    assert posted_keys(env, "/oauth/") == [key]
+    assert not any(e.committed for e in env.fake.server.exchanges)
+    record = env.record(key)
+    assert (record.status, record.last_error_code) == (EffectStatus.REJECTED, "invalid_grant")
