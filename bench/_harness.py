@@ -28,9 +28,9 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from safe_effects import Ledger, open_store
+from safe_effects._store_url import split_schema  # the store's own reading of a URL's schema
 
 DEFAULT_PG = os.environ.get("SAFE_EFFECTS_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 TARGET = 1.5  # added time per wrapped call / the same store's raw two-commit cost
@@ -55,15 +55,6 @@ class StoreTarget:
     url: str  # what Ledger.open / open_store / raw_pair take
 
 
-def _split_schema(url: str) -> tuple[str, str | None]:
-    """libpq conninfo without the ``schema`` parameter (libpq refuses it), and that schema if given."""
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    schemas = [v for n, v in query if n == "schema"]
-    conninfo = urlunsplit(parts._replace(query=urlencode([(n, v) for n, v in query if n != "schema"])))
-    return conninfo, schemas[-1] if schemas else None
-
-
 def _pg_unreachable(pg: str) -> str | None:
     """Why PostgreSQL at ``pg`` cannot be used, or None when it answers."""
     try:
@@ -71,7 +62,7 @@ def _pg_unreachable(pg: str) -> str | None:
     except ImportError as error:
         return f"psycopg not installed ({error})"
     try:
-        psycopg.connect(_split_schema(pg)[0], connect_timeout=3).close()
+        psycopg.connect(split_schema(pg)[0], connect_timeout=3).close()
     except Exception as error:  # any failure to connect is a reason to skip, said aloud
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
         return f"{type(error).__name__}: {first_line}"
@@ -82,7 +73,7 @@ def _drop_schema(pg: str, schema: str) -> None:
     import psycopg
     from psycopg import sql
 
-    with psycopg.connect(_split_schema(pg)[0], autocommit=True) as conn:
+    with psycopg.connect(split_schema(pg)[0], autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
@@ -179,7 +170,7 @@ def _postgres_pair(url: str, *, audit: bool) -> Iterator[Callable[[str], None]]:
     import psycopg
     from psycopg import sql
 
-    conninfo, schema = _split_schema(url)
+    conninfo, schema = split_schema(url)
     table = sql.Identifier(schema or "safe_effects", "effect_intents")
     claim = sql.SQL(
         "INSERT INTO {} (" + _CLAIM_COLUMNS + ") VALUES ('bench-raw', %(key)s, 'bench', 'charge', %(digest)s, "

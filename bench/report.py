@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from _harness import DEFAULT_PG, TARGET, Row, _split_schema, parse_rows
+from _harness import DEFAULT_PG, TARGET, Row, parse_rows
+
+from safe_effects._store_url import split_schema
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -139,7 +141,7 @@ def postgres_version(pg: str) -> str:
     try:
         import psycopg
 
-        with psycopg.connect(_split_schema(pg)[0], connect_timeout=3) as conn:
+        with psycopg.connect(split_schema(pg)[0], connect_timeout=3) as conn:
             row = conn.execute("SHOW server_version").fetchone()
             sync = conn.execute("SHOW synchronous_commit").fetchone()
         return f"{row[0] if row else '?'} (synchronous_commit={sync[0] if sync else '?'})"

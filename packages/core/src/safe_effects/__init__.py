@@ -28,6 +28,7 @@ from ._errors import (
     InvalidIntentKey,
     InvalidTenant,
     LeaseLost,
+    LedgerUnavailable,
     MissingDependency,
     MissingIntentKey,
     SafeEffectsError,
@@ -137,6 +138,7 @@ __all__ = [
     "EffectDeferred",
     "EffectInProgress",
     "LeaseLost",
+    "LedgerUnavailable",
     "ApprovalError",
     "MissingDependency",
 ]

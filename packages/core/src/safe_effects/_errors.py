@@ -109,6 +109,16 @@ class StaleRecord(SafeEffectsError):
     code = "stale_record"
 
 
+class LedgerUnavailable(SafeEffectsError):
+    """The ledger's database did not answer (connection lost, server restarting, timeout, disk error).
+
+    Raised before a dispatch it means nothing was sent by this call. A provider's answer the ledger could not
+    record is never reported this way: that call ends in :class:`EffectUnknown`, and the intent is reconciled.
+    """
+
+    code = "ledger_unavailable"
+
+
 class IntentNotFound(SafeEffectsError, LookupError):
     """No record exists for this tenant and intent key."""
 

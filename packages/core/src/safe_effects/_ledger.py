@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import time
@@ -12,7 +13,15 @@ from functools import lru_cache
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, stop_before_delay
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    stop_before_delay,
+    wait_exponential,
+)
 from tenacity.stop import stop_base
 
 from ._adapter import EffectRequest, LookupResult, LookupStatus, Outcome, ProviderAdapter, Verdict
@@ -31,6 +40,7 @@ from ._errors import (
     InvalidInput,
     InvalidIntentKey,
     LeaseLost,
+    LedgerUnavailable,
     StaleRecord,
     UnknownTenant,
 )
@@ -46,6 +56,8 @@ from ._text import storable_text
 R = TypeVar("R")
 S = EffectStatus
 
+
+_log = logging.getLogger("safe_effects")
 
 LATE_RESPONSE = "late_response"  # the evidence source of an answer that came after its worker's lease
 
@@ -134,6 +146,9 @@ class Ledger:
         self.crash_plan = crash_plan
         self.observer: Observer = observer or NullObserver()
         self._sleep = sleep
+        # (tenant, key, version) of in-flight records whose outcome this ledger could not write: their lease
+        # is dead (nobody here is working on them), so a later call takes them over at once
+        self._abandoned: set[tuple[str, str, int]] = set()
 
     @classmethod
     def open(cls, url: str = "sqlite:///safe-effects.sqlite3", **options: Any) -> Ledger:
@@ -398,7 +413,7 @@ class Ledger:
                     return self._dispatch(adapter, request, self._claim(record), contract)
                 if record.status is S.UNKNOWN:
                     return self._reconcile_for_caller(adapter, request, record, contract)
-                if record.lease_expired(self.clock()):
+                if record.lease_expired(self.clock()) or self._abandoned_here(record):
                     record = self._expire_lease(record)
                     waited_for_holder = False  # the holder is lost, not finished: this call reconciles
                     continue
@@ -488,16 +503,29 @@ class Ledger:
         )
 
     def _expire_lease(self, record: EffectRecord) -> EffectRecord:
-        """An in-flight record whose lease ran out lost its worker: its outcome is unknown."""
-        if record.status is not S.IN_FLIGHT or not record.lease_expired(self.clock()):
+        """An in-flight record whose lease ran out lost its worker: its outcome is unknown. So is one whose
+        outcome this very ledger could not write (its lease is dead before it runs out)."""
+        abandoned = self._abandoned_here(record)
+        if record.status is not S.IN_FLIGHT or not (abandoned or record.lease_expired(self.clock())):
             return record
-        return self.store.transition(
+        expired = self.store.transition(
             record,
             S.UNKNOWN,
             now=self.clock(),
             actor=self.worker_id,
-            reason=f"lease of {record.lease_owner} expired: worker lost",
+            reason="its outcome could not be written: ledger unavailable"
+            if abandoned
+            else f"lease of {record.lease_owner} expired: worker lost",
             changes={"lease_owner": None, "lease_expires_at": None, "last_error_class": "LeaseExpired"},
+        )
+        self._abandoned.discard((record.tenant, record.intent_key, record.version))
+        return expired
+
+    def _abandoned_here(self, record: EffectRecord) -> bool:
+        return (
+            record.status is S.IN_FLIGHT
+            and record.lease_owner == self.worker_id
+            and (record.tenant, record.intent_key, record.version) in self._abandoned
         )
 
     # -- dispatch -----------------------------------------------------------------------------------------
@@ -654,21 +682,72 @@ class Ledger:
             changes |= {"resolved_at": now, "resolution": _resolution_by(method)}
         reason = "retryable refusals exhausted" if released else method if verdict is None else verdict.error_class
         try:
-            finished = self.store.transition(
-                record,
-                to,
-                now=now,
-                actor=self.worker_id,
-                reason=reason,
-                changes=changes,
-                before_commit=before_commit,
-            )
-        except StaleRecord as lost:
-            return self._lease_lost(record, to, result_id, lost)
+            try:
+                finished = self._write_outcome(
+                    record, to, now=now, reason=reason, changes=changes, before_commit=before_commit
+                )
+            except StaleRecord as lost:
+                return self._lease_lost(record, to, result_id, lost)
+        except LedgerUnavailable as down:
+            raise self._unrecorded(record, to, result_id, down) from down
         if method != "provider_response":
             self._observe("reconciliation", finished, method=method, outcome=to.value)
-        self._after_settled(finished)
+        try:
+            self._after_settled(finished)
+        except LedgerUnavailable as down:  # the outcome is written; the next call on either intent marks it
+            _log.warning("intent %r is %s, but its original is not marked yet: %s", finished.intent_key, to, down)
         return finished
+
+    def _write_outcome(self, record: EffectRecord, to: EffectStatus, **write: Any) -> EffectRecord:
+        """Write a provider's answer, trying again while the ledger's database does not answer: until it is
+        written, the answer exists only in this process. Safe to repeat: the write is conditional on the
+        version, and an attempt that committed but whose acknowledgement was lost is recognised afterwards."""
+        attempts = 0
+
+        def attempt() -> EffectRecord:
+            nonlocal attempts
+            attempts += 1
+            try:
+                return self.store.transition(record, to, actor=self.worker_id, **write)
+            except StaleRecord:
+                if attempts > 1 and (mine := self._written_by_me(record, to)) is not None:
+                    return mine
+                raise
+
+        policy = self.retry
+        retrying = Retrying(
+            stop=stop_after_attempt(policy.max_attempts) | stop_after_delay(policy.max_total_seconds),
+            wait=wait_exponential(multiplier=policy.initial_wait, max=policy.max_wait),
+            retry=retry_if_exception_type(LedgerUnavailable),
+            sleep=self._sleep,
+            reraise=True,
+        )
+        return retrying(attempt)
+
+    def _written_by_me(self, record: EffectRecord, to: EffectStatus) -> EffectRecord | None:
+        """The record as this worker's write left it, if that write is the latest; else None."""
+        current = self.store.get(record.tenant, record.intent_key)
+        if current is None or current.status is not to or current.version != record.version + 1:
+            return None
+        trail = self.store.audit_trail(record.tenant, record.intent_key)
+        ours = bool(trail) and trail[-1].version == current.version and trail[-1].actor == self.worker_id
+        return current if ours else None
+
+    def _unrecorded(
+        self, record: EffectRecord, to: EffectStatus, result_id: str | None, down: LedgerUnavailable
+    ) -> EffectUnknown:
+        """The provider answered but the ledger stayed unavailable: the caller must not take it as success or
+        failure. The lease is marked dead here, so this process's next call reconciles at once (by key replay
+        or lookup) instead of waiting for the lease to run out; other processes wait for it to run out."""
+        self._abandoned.add((record.tenant, record.intent_key, record.version))
+        answer = f"{to}, provider id {result_id}" if result_id else str(to)
+        return EffectUnknown(
+            f"intent {record.intent_key!r}: {record.provider} answered ({answer}) but the ledger could not record "
+            f"it ({down}); the intent stays in flight until it is reconciled, never resent blindly: call again "
+            "once the ledger answers",
+            intent_key=record.intent_key,
+            record=record,
+        )
 
     def _lease_lost(
         self, record: EffectRecord, to: EffectStatus, result_id: str | None, lost: StaleRecord

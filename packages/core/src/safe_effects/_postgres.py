@@ -7,6 +7,8 @@ appends its audit row atomically, so a claim or a confirm costs one round trip a
 from __future__ import annotations
 
 import hashlib
+import select
+import time
 from collections.abc import Callable, Collection, Mapping
 from contextlib import nullcontext
 from datetime import UTC, datetime
@@ -14,7 +16,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ._approvals import Approval, ApprovalState
-from ._errors import InvalidInput, MissingDependency, StaleRecord
+from ._errors import InvalidInput, LedgerUnavailable, MissingDependency, StaleRecord
 from ._migrations import MIGRATIONS, POSTGRES_BOOKKEEPING
 from ._records import AuditEntry, EffectRecord, Evidence
 from ._rows import (
@@ -54,6 +56,8 @@ _AUDIT_CASTS = {
     "detail": "jsonb",
 }
 _AUDIT_PARAMS = tuple(_AUDIT_CASTS)  # AuditEntry fields, in the order the statements bind them
+_PING_AFTER_IDLE = 5.0  # seconds a pooled connection may sit unused before it is checked on checkout
+_MAX_IDENTIFIER_BYTES = 63  # PostgreSQL silently truncates longer names (NAMEDATALEN - 1)
 
 
 class _Checkout:
@@ -62,25 +66,54 @@ class _Checkout:
     The pool's own context manager is a generator that also commits on exit; every statement here commits
     itself (or runs in an explicit ``conn.transaction()``), and ``putconn`` rolls back whatever is left open
     and discards a broken connection. Two checkouts per effect made the difference measurable.
+
+    A database that does not answer (``psycopg.OperationalError``: connection lost, server restarting,
+    statement cancelled, pool timeout or closed) becomes :class:`LedgerUnavailable`, one typed error for
+    callers of either store.
     """
 
-    __slots__ = ("_conn", "_pool")
+    __slots__ = ("_conn", "_down", "_pool")
 
-    def __init__(self, pool: ConnectionPool[Connection[TupleRow]]) -> None:
-        self._pool = pool
+    def __init__(self, pool: ConnectionPool[Connection[TupleRow]], down: type[Exception]) -> None:
+        self._pool, self._down = pool, down
 
     def __enter__(self) -> Connection[TupleRow]:
-        self._conn = self._pool.getconn()
+        try:
+            self._conn = self._pool.getconn()
+        except self._down as error:
+            raise LedgerUnavailable(f"the PostgreSQL ledger gave no connection: {error}") from error
         return self._conn
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _: object) -> None:
+        cast("_Pooled", self._conn).returned_at = time.monotonic()
         self._pool.putconn(self._conn)
+        if isinstance(error, self._down):
+            raise LedgerUnavailable(f"the PostgreSQL ledger did not answer: {error}") from error
+
+
+def _ping_if_suspect(conn: Connection[Any]) -> None:
+    """The pool's ``check``: ping a connection that may have lost its server before handing it out.
+
+    Suspect are one with input waiting while idle (a terminated backend or a restarting server sends its
+    FATAL notice and closes the socket: one ``select``, no round trip) and one idle for a while (a silent
+    network drop). A connection in steady use is handed out as it is.
+    """
+    idle = time.monotonic() - cast("_Pooled", conn).returned_at > _PING_AFTER_IDLE
+    if idle or select.select([conn.pgconn.socket], [], [], 0)[0]:
+        conn.execute("")
+
+
+def _read_committed(conn: Connection[Any]) -> None:
+    """Every new connection: the conditional writes rely on READ COMMITTED re-checks, whatever the database's or
+    role's default (under SERIALIZABLE, two racing claims end in a serialization failure, not a wait)."""
+    conn.execute("SET default_transaction_isolation TO 'read committed'")
 
 
 class _Pooled(Protocol):
     """What ``_store_connection``'s class adds to a psycopg connection."""
 
     writer: Cursor[Any] | None
+    returned_at: float
 
 
 @lru_cache(maxsize=1)
@@ -93,6 +126,7 @@ def _store_connection() -> type[Connection[TupleRow]]:
         """A pool connection that keeps one cursor for the claim and confirm statements (``_writer``)."""
 
         writer: psycopg.Cursor[TupleRow] | None = None
+        returned_at: float = 0.0  # monotonic time of its last return to the pool (0: never used, pinged)
 
     return StoreConnection
 
@@ -115,8 +149,15 @@ class PostgresStore:
             raise MissingDependency("psycopg", "postgres") from error
         if not schema:
             raise InvalidInput("schema must not be empty")
+        if len(schema.encode()) > _MAX_IDENTIFIER_BYTES:
+            # two longer names that share their first 63 bytes would silently be one schema, one ledger
+            raise InvalidInput(
+                f"schema {schema[:80]!r} is {len(schema.encode())} bytes; PostgreSQL names hold at most "
+                f"{_MAX_IDENTIFIER_BYTES}"
+            )
         self.schema = schema
         self._connection_type = psycopg.Connection
+        self._down: type[Exception] = psycopg.OperationalError  # pool timeouts and closed pools included
         self._dict_row = dict_row
         self._codec = Codec(
             time_out=lambda value: value,
@@ -132,6 +173,8 @@ class PostgresStore:
             max_size=max_size,
             kwargs={"autocommit": True},
             connection_class=_store_connection(),
+            configure=_read_committed,
+            check=_ping_if_suspect,
             open=True,
         )
         # every statement composed and rendered once, the schema as a quoted Identifier: no SQL is ever
@@ -236,7 +279,7 @@ class PostgresStore:
     def migrate(self) -> None:
         """Apply pending migrations under a per-schema advisory lock, so concurrent callers run them once."""
         lock = int.from_bytes(hashlib.sha256(f"safe_effects:{self.schema}".encode()).digest()[:8], signed=True)
-        with _Checkout(self._pool) as conn, conn.transaction():
+        with self._checkout() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (lock,))
             # checked first: CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when it exists
             if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)).fetchone() is None:
@@ -251,13 +294,16 @@ class PostgresStore:
                 conn.execute(self._record_version, (version,))
 
     def pending_migrations(self) -> list[int]:
-        with _Checkout(self._pool) as conn:
+        with self._checkout() as conn:
             known = conn.execute("SELECT to_regclass(%s)", (self._bookkeeping_name,)).fetchone()
             applied = {row[0] for row in conn.execute(self._applied)} if known and known[0] else set()
         return [version for version in self._migrations if version not in applied]
 
     def close(self) -> None:
         self._pool.close()
+
+    def _checkout(self) -> _Checkout:
+        return _Checkout(self._pool, self._down)
 
     def insert_if_absent(
         self, record: EffectRecord, *, actor: str, reason: str | None = None, connection: Any = None
@@ -267,10 +313,16 @@ class PostgresStore:
             first_audit(record, actor=actor, reason=reason)
         )
         if connection is None:
-            with _Checkout(self._pool) as conn:
+            with self._checkout() as conn:
                 return self._insert_or_get(conn, record, params)
         if not isinstance(connection, self._connection_type):
             raise InvalidInput(f"connection must be a psycopg.Connection, got {type(connection).__name__}")
+        if connection.autocommit:
+            # the row would commit at once and outlive a rollback of the business change it belongs with
+            raise InvalidInput(
+                "connection is in autocommit mode: prepare joins the caller's transaction, so pass a connection "
+                "with autocommit off (or open conn.transaction() on it first)"
+            )
         return self._insert_or_get(connection, record, params)
 
     def _insert_or_get(
@@ -292,7 +344,7 @@ class PostgresStore:
 
     def get(self, tenant: str, intent_key: str) -> EffectRecord | None:
         check_tenant(tenant)
-        with _Checkout(self._pool) as conn:
+        with self._checkout() as conn:
             return self._fetch_one(conn, tenant, intent_key)
 
     def transition(
@@ -315,7 +367,7 @@ class PostgresStore:
         params = encoder.values(new)
         params += (record.tenant, record.intent_key, record.status.value, record.version)
         params += self._audit_row.values(audit)
-        with _Checkout(self._pool) as conn:
+        with self._checkout() as conn:
             # alone, the statement commits itself; a crash point needs a transaction to run inside
             atomic = conn.transaction() if before_commit is not None else nullcontext()
             with atomic:
@@ -390,39 +442,39 @@ class PostgresStore:
         query, params = self._list_query(
             statuses, tenant=tenant, provider=provider, updated_before=updated_before, limit=limit, after=after
         )
-        with _Checkout(self._pool) as conn, conn.cursor(row_factory=self._dict_row) as cur:
+        with self._checkout() as conn, conn.cursor(row_factory=self._dict_row) as cur:
             return [from_row(EffectRecord, row, self._codec) for row in cur.execute(query, params)]
 
     def find_by_provider_key(self, provider: str, provider_key: str) -> list[EffectRecord]:
-        with _Checkout(self._pool) as conn, conn.cursor(row_factory=self._dict_row) as cur:
+        with self._checkout() as conn, conn.cursor(row_factory=self._dict_row) as cur:
             rows = cur.execute(self._by_provider_key, (provider, provider_key)).fetchall()
         return [from_row(EffectRecord, row, self._codec) for row in rows]
 
     def audit_trail(self, tenant: str, intent_key: str) -> list[AuditEntry]:
         check_tenant(tenant)
-        with _Checkout(self._pool) as conn, conn.cursor(row_factory=self._dict_row) as cur:
+        with self._checkout() as conn, conn.cursor(row_factory=self._dict_row) as cur:
             rows = cur.execute(self._audit_trail, (tenant, intent_key)).fetchall()
         return [from_row(AuditEntry, row, self._codec) for row in rows]
 
     def add_evidence(self, evidence: Evidence) -> bool:
         """Insert once per (provider, source, event_id); False when it was already there."""
         row = to_row(evidence, self._codec)
-        with _Checkout(self._pool) as conn:
+        with self._checkout() as conn:
             return conn.execute(self._add_evidence, row).fetchone() is not None
 
     def evidence_for(self, tenant: str, intent_key: str) -> list[Evidence]:
         check_tenant(tenant)
-        with _Checkout(self._pool) as conn, conn.cursor(row_factory=self._dict_row) as cur:
+        with self._checkout() as conn, conn.cursor(row_factory=self._dict_row) as cur:
             rows = cur.execute(self._evidence_for, (tenant, intent_key)).fetchall()
         return [from_row(Evidence, row, self._codec) for row in rows]
 
     def status_counts(self) -> list[tuple[str, str, EffectStatus, int]]:
-        with _Checkout(self._pool) as conn:
+        with self._checkout() as conn:
             rows = conn.execute(self._status_counts).fetchall()
         return [(tenant, provider, EffectStatus(status), count) for tenant, provider, status, count in rows]
 
     def oldest_updated(self, status: EffectStatus) -> dict[str, datetime]:
-        with _Checkout(self._pool) as conn:
+        with self._checkout() as conn:
             rows = conn.execute(self._oldest, (EffectStatus(status).value,)).fetchall()
         return {provider: oldest.astimezone(UTC) for provider, oldest in rows}
 
@@ -446,7 +498,7 @@ class PostgresStore:
             params["tenants"] = [check_tenant(tenant) for tenant, _ in keys]
             params["keys"] = [key for _, key in keys]
             query = self._purge_keys
-        with _Checkout(self._pool) as conn:
+        with self._checkout() as conn:
             return conn.execute(query, params).rowcount
 
     # -- pending approvals (two-person rule) -------------------------------------------------------------
@@ -472,7 +524,7 @@ class PostgresStore:
         pending = self._approvals_sql(
             "SELECT {columns} FROM {table} WHERE tenant_id = %s AND intent_key = %s AND state = 'pending'"
         )
-        with _Checkout(self._pool) as conn, conn.cursor(row_factory=self._dict_row) as cur:
+        with self._checkout() as conn, conn.cursor(row_factory=self._dict_row) as cur:
             inserted = cur.execute(insert, row).fetchone()
             if inserted is not None:
                 return approval.model_copy(update={"id": inserted["id"]}), True
@@ -501,7 +553,7 @@ class PostgresStore:
             "s": None if state is None else ApprovalState(state).value,
             "limit": limit,
         }
-        with _Checkout(self._pool) as conn, conn.cursor(row_factory=self._dict_row) as cur:
+        with self._checkout() as conn, conn.cursor(row_factory=self._dict_row) as cur:
             rows = cur.execute(query, params).fetchall()
         return [from_row(Approval, row, self._codec) for row in rows]
 
@@ -514,5 +566,5 @@ class PostgresStore:
             "WHERE id = %s AND state = %s"
         )
         params = (ApprovalState(state).value, decided_by, reason, utc(now, "now"), approval.id, approval.state.value)
-        with _Checkout(self._pool) as conn:
+        with self._checkout() as conn:
             return conn.execute(update, params).rowcount == 1

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ._approvals import Approval, ApprovalState
-from ._errors import InvalidInput
+from ._errors import InvalidInput, LedgerUnavailable
 from ._migrations import MIGRATIONS, SQLITE_BOOKKEEPING
 from ._records import AuditEntry, EffectRecord, Evidence
 from ._rows import (
@@ -34,6 +34,9 @@ from ._rows import (
 )
 from ._states import EffectStatus
 from ._tenants import check_tenant
+
+# result codes (and their extended forms) that say the file cannot be written now, not that the SQL is wrong
+_UNAVAILABLE = ("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_IOERR", "SQLITE_FULL", "SQLITE_CANTOPEN")
 
 # fixed width, always UTC with microseconds: text order is time order
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
@@ -144,15 +147,23 @@ class SQLiteStore:
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction; IMMEDIATE takes the write lock up front so readers never deadlock on upgrade."""
+        """One write transaction; IMMEDIATE takes the write lock up front so readers never deadlock on upgrade.
+
+        A file that stays locked past the busy timeout, or a disk that fails, is :class:`LedgerUnavailable`.
+        """
         conn = self._conn()
-        conn.execute("BEGIN IMMEDIATE")
         try:
-            yield conn
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        except sqlite3.OperationalError as error:
+            if error.sqlite_errorname.startswith(_UNAVAILABLE):
+                raise LedgerUnavailable(f"the SQLite ledger {self.path} did not answer: {error}") from error
             raise
 
     def migrate(self) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ._errors import InvalidInput
 from ._postgres import PostgresStore
@@ -10,6 +10,24 @@ from ._sqlite import SQLiteStore
 from ._store import Store
 
 SQLITE_PREFIX = "sqlite:///"
+
+
+def split_schema(url: str) -> tuple[str, str | None]:
+    """A PostgreSQL URL without its ``schema`` parameter (libpq refuses it), and the last schema named.
+
+    Every other parameter is kept byte for byte: re-encoding them would turn ``%20`` into ``+``, which libpq
+    (percent-decoding only) would pass on as a plus sign. The schema is percent-decoded as libpq would.
+    """
+    parts = urlsplit(url)
+    kept: list[str] = []
+    schemas: list[str] = []
+    for item in parts.query.split("&") if parts.query else []:
+        name, _, value = item.partition("=")
+        if unquote(name) == "schema":
+            schemas.append(unquote(value))
+        else:
+            kept.append(item)
+    return urlunsplit(parts._replace(query="&".join(kept))), schemas[-1] if schemas else None
 
 
 def open_store(url: str) -> Store:
@@ -20,12 +38,6 @@ def open_store(url: str) -> Store:
             raise InvalidInput(f"a SQLite store URL looks like sqlite:///path.db, got {url!r}")
         return SQLiteStore(url[len(SQLITE_PREFIX) :])
     if scheme in ("postgresql", "postgres"):
-        parts = urlsplit(url)
-        query = parse_qsl(parts.query, keep_blank_values=True)
-        schemas = [value for name, value in query if name == "schema"]
-        # libpq would refuse the unknown "schema" parameter, so it is taken out before connecting
-        conninfo = urlunsplit(parts._replace(query=urlencode([(n, v) for n, v in query if n != "schema"])))
-        if schemas:
-            return PostgresStore(conninfo, schema=schemas[-1])
-        return PostgresStore(conninfo)
+        conninfo, schema = split_schema(url)
+        return PostgresStore(conninfo) if schema is None else PostgresStore(conninfo, schema=schema)
     raise InvalidInput(f"unknown store URL scheme {scheme!r}: use sqlite:/// or postgresql://")

@@ -1,0 +1,256 @@
+"""The ledger's database failing around a provider call: typed errors, no second effect, no stuck lease.
+
+The database is really unavailable here: another connection holds the lock the ledger's write needs, past a
+short busy timeout (SQLite) or ``lock_timeout`` (PostgreSQL), or PostgreSQL terminates the store's backends.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from safe_effects import (
+    EffectRequest,
+    EffectStatus,
+    EffectUnknown,
+    IntentNotFound,
+    InvalidInput,
+    LeasePolicy,
+    Ledger,
+    LedgerUnavailable,
+    PostgresStore,
+    RetryPolicy,
+    SQLiteStore,
+)
+from safe_effects.testing import GenericFakeAdapter, GenericFakeProvider
+
+S = EffectStatus
+KEY = "invoice:inv_1:collect:v1"
+REQUEST = EffectRequest(operation="charge", params={"amount": 4200})
+FAST_RETRY = RetryPolicy(max_attempts=3, initial_wait=0.01, max_wait=0.05)
+LEASE = LeasePolicy(duration=timedelta(seconds=60), wait_for_other=timedelta(seconds=1), poll_interval=0.01)
+
+
+@dataclass
+class HookedAdapter(GenericFakeAdapter):
+    """The generic fake adapter, running ``after_send`` once, right after the fake provider acted."""
+
+    after_send: list[Callable[[], object]] = field(default_factory=list)
+    dispatches: list[str] = field(default_factory=list)
+
+    def dispatch(self, request: EffectRequest, provider_key: str) -> str:
+        self.dispatches.append(provider_key)
+        response = super().dispatch(request, provider_key)
+        while self.after_send:
+            self.after_send.pop(0)()
+        return response
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> GenericFakeProvider:
+    return GenericFakeProvider(tmp_path / "provider.db")
+
+
+@pytest.fixture
+def adapter(fake: GenericFakeProvider) -> HookedAdapter:
+    return HookedAdapter(fake)
+
+
+# -- a database that does not answer: another connection holds what the ledger's write needs --------------
+
+
+@dataclass
+class Blocker:
+    """Holds the ledger's write lock (SQLite: the file; PostgreSQL: the intent's row) until released."""
+
+    hold: Callable[[], object]
+    release: Callable[[], object]  # may be called again: releasing a released lock does nothing
+
+
+@pytest.fixture
+def short_wait_ledger(backend: str, store_url: str) -> Iterator[tuple[Ledger, Blocker]]:
+    """A ledger whose writes give up on a held lock after ~0.1 s, and a blocker that holds that lock."""
+    if backend == "sqlite":
+        path = store_url.removeprefix("sqlite:///")
+        ledger = Ledger(SQLiteStore(path, busy_timeout=0.1), retry=FAST_RETRY, lease=LEASE)
+        other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)  # released from a timer
+        blocker = Blocker(lambda: other.execute("BEGIN IMMEDIATE"), lambda: other.in_transaction and other.rollback())
+    else:
+        conninfo, _, schema = store_url.rpartition("?schema=")
+        ledger = Ledger(
+            PostgresStore(f"{conninfo}?options=-c%20lock_timeout%3D100", schema=schema), retry=FAST_RETRY, lease=LEASE
+        )
+        other = psycopg.connect(conninfo)
+        lock = f'SELECT 1 FROM "{schema}".effect_intents WHERE intent_key = %s FOR UPDATE'
+        blocker = Blocker(lambda: other.execute(lock, (KEY,)), other.rollback)
+    try:
+        yield ledger, blocker
+    finally:
+        blocker.release()
+        other.close()
+        ledger.close()
+
+
+def test_an_answer_the_ledger_cannot_record_is_effect_unknown_and_the_next_call_settles_it(
+    short_wait_ledger: tuple[Ledger, Blocker], adapter: HookedAdapter, fake: GenericFakeProvider
+) -> None:
+    ledger, blocker = short_wait_ledger
+    adapter.after_send.append(blocker.hold)  # the provider acted; now the ledger's database does not answer
+
+    with pytest.raises(EffectUnknown, match="could not record") as unknown:
+        ledger.execute(adapter, REQUEST, intent_key=KEY)
+    assert isinstance(unknown.value.__cause__, LedgerUnavailable)
+    assert len(fake.effects()) == 1
+    blocker.release()
+    assert ledger.get(KEY).status is S.IN_FLIGHT  # the answer is not written anywhere
+
+    # the same process calls again at once: its own dead lease does not make it wait (EffectInProgress)
+    receipt = ledger.execute(adapter, REQUEST, intent_key=KEY)
+    assert receipt.record.status is S.CONFIRMED
+    assert receipt.record.resolution is not None and receipt.record.resolution.method == "key_replay"
+    assert len(fake.effects()) == 1  # the replay used the same key: the fake deduped it
+    trail = ledger.store.audit_trail("default", KEY)
+    assert [a.to_status for a in trail] == [S.IN_FLIGHT, S.UNKNOWN, S.IN_FLIGHT, S.CONFIRMED]
+
+
+def test_a_write_that_fails_once_is_written_on_the_next_attempt(
+    short_wait_ledger: tuple[Ledger, Blocker], adapter: HookedAdapter, fake: GenericFakeProvider
+) -> None:
+    ledger, blocker = short_wait_ledger
+
+    def release_soon() -> None:
+        blocker.hold()
+        threading.Timer(0.15, blocker.release).start()  # a blip: over after the first attempt gave up
+
+    adapter.after_send.append(release_soon)
+    receipt = ledger.execute(adapter, REQUEST, intent_key=KEY)
+    assert receipt.record.status is S.CONFIRMED and not receipt.from_ledger
+    assert len(fake.effects()) == 1 and len(adapter.dispatches) == 1
+
+
+def test_a_claim_the_ledger_cannot_write_sends_nothing(
+    short_wait_ledger: tuple[Ledger, Blocker], adapter: HookedAdapter, fake: GenericFakeProvider
+) -> None:
+    ledger, blocker = short_wait_ledger
+    ledger.prepare(adapter, REQUEST, intent_key=KEY)  # a row for PostgreSQL's blocker to lock
+    blocker.hold()
+    with pytest.raises(LedgerUnavailable):
+        ledger.execute(adapter, REQUEST, intent_key=KEY)
+    blocker.release()
+    assert adapter.dispatches == [] and fake.effects() == []
+    assert ledger.get(KEY).status is S.PREPARED
+
+
+# -- PostgreSQL: connections, isolation, names, URLs ----------------------------------------------------------
+
+
+def _terminate(pg_url: str, application_name: str) -> int:
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        rows = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s", (application_name,)
+        ).fetchall()
+    return len(rows)
+
+
+@contextmanager
+def _tagged_ledger(store_url: str, tag: str, **options: Any) -> Iterator[Ledger]:
+    conninfo, _, schema = store_url.rpartition("?schema=")
+    ledger = Ledger(PostgresStore(f"{conninfo}?application_name={tag}", schema=schema), **options)
+    try:
+        yield ledger
+    finally:
+        ledger.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_pooled_connections_whose_backend_died_are_replaced_not_handed_out(
+    store_url: str, pg_url: str, adapter: HookedAdapter, fake: GenericFakeProvider
+) -> None:
+    """A restart, failover or idle-session kill: the server is up again, the pool's connections are dead."""
+    with _tagged_ledger(store_url, "se_test_killed", lease=LEASE) as ledger:
+        ledger.execute(adapter, REQUEST, intent_key="warm:up:call:v1")
+        assert _terminate(pg_url, "se_test_killed") >= 1
+        assert ledger.execute(adapter, REQUEST, intent_key=KEY).record.status is S.CONFIRMED
+
+        # and between the claim and the confirm, while the provider answers
+        adapter.after_send.append(lambda: _terminate(pg_url, "se_test_killed"))
+        assert ledger.execute(adapter, REQUEST, intent_key="invoice:inv_2:collect:v1").record.status is S.CONFIRMED
+    assert len(fake.effects()) == 3 and len(adapter.dispatches) == 3
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_racing_claims_wait_for_each_other_under_a_serializable_default(
+    store_url: str, adapter: HookedAdapter, fake: GenericFakeProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Some databases default to SERIALIZABLE; the store's conditional writes need READ COMMITTED re-checks."""
+    monkeypatch.setenv("PGOPTIONS", "-c default_transaction_isolation=serializable")
+    workers = [Ledger.open(store_url, lease=LEASE) for _ in range(2)]
+    failures: list[BaseException] = []
+    try:
+        for i in range(10):
+            key, barrier = f"invoice:inv_{i}:collect:v1", threading.Barrier(2)
+
+            def run(ledger: Ledger, key: str = key, barrier: threading.Barrier = barrier) -> None:
+                barrier.wait()
+                try:
+                    ledger.execute(adapter, REQUEST, intent_key=key)
+                except Exception as error:  # noqa: BLE001  # collected: which types come out is the point
+                    failures.append(error)
+
+            threads = [threading.Thread(target=run, args=(w,)) for w in workers]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            assert workers[0].get(key).status is S.CONFIRMED
+    finally:
+        for ledger in workers:
+            ledger.close()
+    assert failures == []
+    assert len(fake.effects()) == 10 and len(adapter.dispatches) == 10
+
+
+@pytest.mark.postgres
+def test_a_schema_name_postgres_would_truncate_is_refused(pg_url: str) -> None:
+    name = "se_test_" + "x" * 56  # 64 bytes: PostgreSQL keeps 63, so two such names could be one schema
+    with pytest.raises(InvalidInput, match="at most 63"):
+        Ledger.open(f"{pg_url}?schema={name}")
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_url_parameters_reach_libpq_as_written(store_url: str, pg_url: str) -> None:
+    """Re-encoding the query would turn %20 into +, which libpq passes on as a plus sign."""
+    conninfo, _, schema = store_url.rpartition("?schema=")
+    with Ledger.open(f"{conninfo}?application_name=se%20test%20app&schema={schema}") as ledger:
+        ledger.store.status_counts()  # a checkout, so the pool's connection is in use once
+        with psycopg.connect(pg_url) as admin:
+            names = {row[0] for row in admin.execute("SELECT application_name FROM pg_stat_activity")}
+    assert "se test app" in names
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_prepare_refuses_an_autocommit_connection(
+    store_url: str, pg_url: str, adapter: HookedAdapter, fake: GenericFakeProvider
+) -> None:
+    """Its row would commit at once and survive the rollback of the business change it belongs with."""
+    _, _, schema = store_url.rpartition("?schema=")
+    with Ledger.open(store_url) as ledger, psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'SET search_path TO "{schema}"')
+        with pytest.raises(InvalidInput, match="autocommit"):
+            ledger.prepare(adapter, REQUEST, intent_key=KEY, connection=conn)
+        with pytest.raises(IntentNotFound):
+            ledger.get(KEY)
+    assert adapter.dispatches == [] and fake.effects() == []
