@@ -116,7 +116,8 @@ def test_an_answer_the_ledger_cannot_record_is_effect_unknown_and_the_next_call_
     # the same process calls again at once: its own dead lease does not make it wait (EffectInProgress)
     receipt = ledger.execute(adapter, REQUEST, intent_key=KEY)
     assert receipt.record.status is S.CONFIRMED
-    assert receipt.record.resolution is not None and receipt.record.resolution.method == "key_replay"
+    assert receipt.record.resolution is not None
+    assert receipt.record.resolution.method == "key_replay"
     assert len(fake.effects()) == 1  # the replay used the same key: the fake deduped it
     trail = ledger.store.audit_trail("default", KEY)
     assert [a.to_status for a in trail] == [S.IN_FLIGHT, S.UNKNOWN, S.IN_FLIGHT, S.CONFIRMED]
@@ -133,8 +134,10 @@ def test_a_write_that_fails_once_is_written_on_the_next_attempt(
 
     adapter.after_send.append(release_soon)
     receipt = ledger.execute(adapter, REQUEST, intent_key=KEY)
-    assert receipt.record.status is S.CONFIRMED and not receipt.from_ledger
-    assert len(fake.effects()) == 1 and len(adapter.dispatches) == 1
+    assert receipt.record.status is S.CONFIRMED
+    assert not receipt.from_ledger
+    assert len(fake.effects()) == 1
+    assert len(adapter.dispatches) == 1
 
 
 def test_a_claim_the_ledger_cannot_write_sends_nothing(
@@ -146,7 +149,8 @@ def test_a_claim_the_ledger_cannot_write_sends_nothing(
     with pytest.raises(LedgerUnavailable):
         ledger.execute(adapter, REQUEST, intent_key=KEY)
     blocker.release()
-    assert adapter.dispatches == [] and fake.effects() == []
+    assert adapter.dispatches == []
+    assert fake.effects() == []
     assert ledger.get(KEY).status is S.PREPARED
 
 
@@ -185,7 +189,8 @@ def test_pooled_connections_whose_backend_died_are_replaced_not_handed_out(
         # and between the claim and the confirm, while the provider answers
         adapter.after_send.append(lambda: _terminate(pg_url, "se_test_killed"))
         assert ledger.execute(adapter, REQUEST, intent_key="invoice:inv_2:collect:v1").record.status is S.CONFIRMED
-    assert len(fake.effects()) == 3 and len(adapter.dispatches) == 3
+    assert len(fake.effects()) == 3
+    assert len(adapter.dispatches) == 3
 
 
 @pytest.mark.postgres
@@ -205,7 +210,7 @@ def test_racing_claims_wait_for_each_other_under_a_serializable_default(
                 barrier.wait()
                 try:
                     ledger.execute(adapter, REQUEST, intent_key=key)
-                except Exception as error:  # noqa: BLE001  # collected: which types come out is the point
+                except Exception as error:  # collected: which types come out is the point
                     failures.append(error)
 
             threads = [threading.Thread(target=run, args=(w,)) for w in workers]
@@ -218,7 +223,8 @@ def test_racing_claims_wait_for_each_other_under_a_serializable_default(
         for ledger in workers:
             ledger.close()
     assert failures == []
-    assert len(fake.effects()) == 10 and len(adapter.dispatches) == 10
+    assert len(fake.effects()) == 10
+    assert len(adapter.dispatches) == 10
 
 
 @pytest.mark.postgres
@@ -253,4 +259,5 @@ def test_prepare_refuses_an_autocommit_connection(
             ledger.prepare(adapter, REQUEST, intent_key=KEY, connection=conn)
         with pytest.raises(IntentNotFound):
             ledger.get(KEY)
-    assert adapter.dispatches == [] and fake.effects() == []
+    assert adapter.dispatches == []
+    assert fake.effects() == []
