@@ -28,7 +28,11 @@ def test_compensate_runs_once_and_links_both_records(ops: Ops) -> None:
     first = ops.cli_json(*args)
     assert first["original"]["status"] == "compensated"
     assert first["original"]["compensated_by"] == REFUND
-    assert first["compensation"]["summary"] == {"requested_by": "operator:alice", "reason": "customer cancelled"}
+    assert first["compensation"]["summary"] == {
+        "amount": "100",
+        "requested_by": "operator:alice",
+        "reason": "customer cancelled",
+    }
     again = ops.cli_json(*args)
     assert again["from_ledger"] is True
     assert len(ops.fake.effects(f"default/{REFUND}")) == 1

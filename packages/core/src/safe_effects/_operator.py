@@ -15,7 +15,7 @@ from ._approvals import Approval, ApprovalState
 from ._errors import ApprovalError, InvalidInput, StaleRecord
 from ._keys import IntentKey
 from ._ledger import Ledger
-from ._records import EffectRecord, Receipt, Resolution
+from ._records import EffectRecord, Evidence, EvidenceVerdict, Receipt, Resolution
 from ._states import EffectStatus
 from ._tenants import DEFAULT_TENANT
 from ._thresholds import ApprovalThresholds
@@ -76,6 +76,7 @@ class Operator:
             provider_result_id = _required(provider_result_id, "to confirm, the provider's id (--provider-id)")
             evidence = _required(evidence, "to confirm, an evidence reference (--evidence)")
         record = self._current(intent_key, tenant, expect_version)
+        self._check_evidence(record, to)
         why = self.thresholds.requires_approval(record.summary)
         if why is None:
             resolution = Resolution(method=OPERATOR_METHOD, operator=operator, evidence=evidence, reason=reason)
@@ -130,6 +131,7 @@ class Operator:
                 f"v{approval.expected_version}, now {record.status} v{record.version}{again}); the request is "
                 "closed as stale: look again and resolve anew if still needed"
             )
+        self._check_evidence(record, approval.to_status)  # evidence may have arrived since it was asked
         now = self.ledger.clock()
         # claim the request first: a concurrent decline or second approval then loses, and nothing is applied twice
         if not self.ledger.store.decide_approval(
@@ -204,9 +206,8 @@ class Operator:
                 f"intent {original.intent_key!r} is at {original.status} v{original.version}, you saw "
                 f"v{expect_version}: it moved on; run `show` again before compensating"
             )
-        request = EffectRequest(
-            operation=operation, params=params, summary={"requested_by": actor(operator), "reason": reason}
-        )
+        summary = {**_amount_summary(params), "requested_by": actor(operator), "reason": reason}
+        request = EffectRequest(operation=operation, params=params, summary=summary)
         return self.ledger.compensate(
             adapter, request, original_key=original_key, compensating_key=compensating_key, tenant=tenant
         )
@@ -242,6 +243,27 @@ class Operator:
                 f"intent {record.intent_key!r} is {record.status}: only an unknown intent can be resolved{hint}"
             )
         return record
+
+    def _check_evidence(self, record: EffectRecord, to: EffectStatus) -> None:
+        """Refuse a resolution the provider's own evidence contradicts: a rejection when an event says the
+        provider took or did it (a webhook that came while the call was in flight, an SES ``Send`` still in its
+        rejection window), a confirmation when an event says it refused. Rejecting a sent effect invites a
+        second one under a new key; confirming a refused one hides that nothing happened."""
+        recorded = self.ledger.store.evidence_for(record.tenant, record.intent_key)
+        own = [e for e in recorded if e.provider == record.provider]  # another provider's event decides nothing
+        verdicts = {e.verdict for e in own}
+        if to is S.REJECTED and EvidenceVerdict.REJECTS not in verdicts:
+            against = _first(own, EvidenceVerdict.CONFIRMS, EvidenceVerdict.ACCEPTS)
+        elif to is S.CONFIRMED and EvidenceVerdict.CONFIRMS not in verdicts:
+            against = _first(own, EvidenceVerdict.REJECTS)
+        else:
+            return
+        if against is not None:
+            raise InvalidInput(
+                f"intent {record.intent_key!r} cannot be resolved as {to}: {against.source} event {against.event_id!r} "
+                f"({against.kind}) says the provider {against.verdict}; run `reconcile`, which settles by evidence "
+                "(an acceptance once its rejection window has passed), or check at the provider"
+            )
 
     def _pending(self, intent_key: IntentKey | str, tenant: str) -> Approval:
         key = IntentKey.parse(intent_key)
@@ -283,6 +305,22 @@ def _asked_of(approval: Approval, record: EffectRecord) -> bool:
         and record.version == approval.expected_version
         and record.created_at <= approval.created_at
     )
+
+
+def _amount_summary(params: Mapping[str, Any]) -> dict[str, str]:
+    """The amount and currency of a compensation, for the two-person rule when it ends unknown. A compensation
+    moves money back unless it says otherwise, so one without an integer ``amount`` is ``unknown``, which
+    the rule treats as large (a provider refunds the whole charge when no amount is given)."""
+    amount = params.get("amount")
+    known = isinstance(amount, int) and not isinstance(amount, bool)
+    summary = {"amount": str(amount) if known else "unknown"}
+    if isinstance(params.get("currency"), str):
+        summary["currency"] = params["currency"]
+    return summary
+
+
+def _first(evidence: list[Evidence], *verdicts: EvidenceVerdict) -> Evidence | None:
+    return next((e for e in evidence if e.verdict in verdicts), None)
 
 
 def _same_person(a: str, b: str) -> bool:
