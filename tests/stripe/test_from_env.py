@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from safe_effects import EffectRequest, EffectStatus, EffectUnknown, SafeEffectsError
+from safe_effects import EffectRejected, EffectRequest, EffectStatus, EffectUnknown, Operator, SafeEffectsError
 from safe_effects.testing import Fault
 from stripe_safe import StripeCall, adapter_from_env
 
@@ -62,3 +62,21 @@ def test_the_cli_reconciler_finds_the_registered_stripe_adapter(env: Env) -> Non
     assert record.status is EffectStatus.CONFIRMED
     assert record.provider_result_id == env.fake.payment_intents[0]["id"]
     assert env.posts() == 1
+
+
+def test_a_refund_through_the_lookup_only_adapter_is_rejected_before_anything_is_sent(env: Env) -> None:
+    """``safe-effects compensate`` builds the registered adapter from the environment: it cannot send, so the
+    refund is recorded rejected (nothing happened), never unknown, and the original stays confirmed."""
+    env.client.v1.payment_intents.create(params=PI, options={"idempotency_key": KEY})  # type: ignore[arg-type]
+    adapter = adapter_from_env({"STRIPE_API_KEY": "sk_test_operator", "STRIPE_API_BASE": env.fake.url})
+    refund = "invoice:inv_42:refund:v1"
+    with pytest.raises(EffectRejected, match="only looks effects up"):
+        Operator(env.ledger).compensate(
+            adapter, original_key=KEY, compensating_key=refund, operation="refunds.create",
+            params={"payment_intent": env.fake.payment_intents[0]["id"]}, operator="alice", reason="cancelled",
+            expect_version=env.record().version,
+        )  # fmt: skip
+    assert env.posts("/v1/refunds") == 0
+    assert env.fake.effect_count("refunds.create") == 0
+    assert env.record(refund).status is EffectStatus.REJECTED
+    assert env.record().status is EffectStatus.CONFIRMED

@@ -651,6 +651,8 @@ class Ledger:
 
     @staticmethod
     def _classify(adapter: ProviderAdapter[Any], error: Exception) -> Verdict:
+        if isinstance(error, InvalidInput):  # the adapter refused the request itself, before sending anything
+            return Verdict.of(error, Outcome.FINAL, error.code)
         try:
             return adapter.classify(error)
         except Exception as broken:  # a classifier bug must never turn into a silent success or a resend
@@ -1032,8 +1034,10 @@ class Ledger:
 
     @staticmethod
     def _rejected(record: EffectRecord, error: BaseException | None) -> EffectRejected:
+        # an adapter's own refusal never left this process: say so, and why, rather than blame the provider
+        by = f"the {record.provider} adapter before sending: {error}" if isinstance(error, InvalidInput) else ""
         return EffectRejected(
-            f"intent {record.intent_key!r} was rejected by {record.provider} "
+            f"intent {record.intent_key!r} was rejected by {by or record.provider} "
             f"({record.last_error_class or 'rejected'}: {record.last_error_code or 'no code'})",
             intent_key=record.intent_key,
             record=record,

@@ -106,10 +106,6 @@ _AFTER_SEND = (TimeoutError, ConnectionResetError, http.client.HTTPException)
 
 def classify(error: BaseException) -> Verdict:
     """Definitive only where the request provably did not take effect; everything else is unknown."""
-    if isinstance(error, InvalidInput):
-        # In dispatch only stamp() raises safe_effects' InvalidInput, and it runs before the POST (python-http-client
-        # never raises it): the message was refused locally, nothing was sent.
-        return Verdict.of(error, Outcome.FINAL, error.code)
     if isinstance(error, phc.HTTPError):
         status = getattr(error, "status_code", None)
         code = f"http_{status}"

@@ -12,6 +12,7 @@ from safe_effects import (
     EffectRecord,
     EffectRequest,
     IntentKey,
+    InvalidInput,
     LookupResult,
     LookupStatus,
     ProviderContract,
@@ -65,7 +66,11 @@ class SesAdapter:
     def dispatch(self, request: EffectRequest, provider_key: str) -> Response:
         payload = request.payload
         if not isinstance(payload, SendPayload):
-            raise TypeError(f"SesAdapter dispatches SendPayload, got {type(payload).__name__}")
+            # before any I/O (an operator's compensate has params only): recorded rejected, never sent
+            raise InvalidInput(
+                f"SesAdapter sends what ses_safe's client builds (a SendPayload), got {type(payload).__name__}: "
+                "send through ses_safe.client(...)"
+            )
         method = getattr(self._client, payload.method)
         response: Response = method(**payload.tagged(provider_key))
         return response

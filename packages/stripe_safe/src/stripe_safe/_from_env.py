@@ -8,7 +8,7 @@ from typing import Any
 import stripe
 from stripe._request_options import RequestOptions
 
-from safe_effects import SafeEffectsError
+from safe_effects import InvalidInput
 
 from ._adapter import StripeAdapter, StripeCall
 from ._contract import CONNECT_TIMEOUT, READ_TIMEOUT
@@ -21,9 +21,9 @@ class _LookupOnly:
         self._client = client
 
     def send(self, call: StripeCall, idempotency_key: str) -> stripe.StripeObject:
-        raise SafeEffectsError(
-            "the Stripe adapter from adapter_from_env only looks effects up; writes go through a "
-            "stripe_safe.StripeClient"
+        raise InvalidInput(  # before any I/O: the executor records the request rejected, never sent
+            "the Stripe adapter from adapter_from_env only looks effects up; writes (a refund too) go through a "
+            "stripe_safe.StripeClient, e.g. client.compensating(original_key).v1.refunds.create(...)"
         )
 
     def read(
