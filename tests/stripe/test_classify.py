@@ -79,6 +79,8 @@ V2_PAYMENT = {"from": {"financial_account": "fa_1", "currency": "usd"}, "amount"
         (400, "quota_exceeded", stripe.QuotaExceededError, Outcome.FINAL),
         (403, "blocked_by_stripe", stripe.BlockedByStripeError, Outcome.FINAL),
         (409, "not_cancelable", stripe.NotCancelableError, Outcome.UNKNOWN),  # a conflict: not a plain refusal
+        (400, "idempotency_error", stripe.IdempotencyError, Outcome.FINAL),  # the key reused with other params
+        (409, "idempotency_error", stripe.IdempotencyError, Outcome.UNKNOWN),  # the key's first request still runs
         (500, "api_error", stripe.APIError, Outcome.UNKNOWN),
     ],
 )
