@@ -12,6 +12,11 @@ ENV_THRESHOLDS = "SAFE_EFFECTS_APPROVAL_THRESHOLDS"
 ANY_CURRENCY = "*"
 
 
+def _minor_units(text: str) -> bool:
+    """ASCII digits only: ``str.isdigit`` also accepts ``²`` or ``٣``, which ``int()`` then refuses or reads."""
+    return text.isascii() and text.isdigit()
+
+
 @dataclass(frozen=True, slots=True)
 class ApprovalThresholds:
     """Minor-unit amounts per lower-case currency (``*`` for any other); empty means no two-person rule."""
@@ -25,7 +30,7 @@ class ApprovalThresholds:
         for item in filter(None, (part.strip() for part in text.split(","))):
             currency, sep, amount = item.partition("=")
             currency = currency.strip().lower()
-            if not sep or not currency or not amount.strip().isdigit():
+            if not sep or not currency or not _minor_units(amount.strip()):
                 raise InvalidInput(f"approval threshold {item!r} must look like usd=100000 (minor units)")
             limits[currency] = int(amount)
         return cls(limits)
@@ -68,7 +73,7 @@ class ApprovalThresholds:
         if not self.limits or "amount" not in summary:
             return None
         amount, currency = summary["amount"].strip(), summary.get("currency", "").strip().lower()
-        if not amount.isdigit():
+        if not _minor_units(amount):
             return f"amount {amount!r} is not an integer in minor units"
         limit = self.limits.get(currency, self.limits.get(ANY_CURRENCY))
         if limit is None:
