@@ -704,27 +704,29 @@ class Ledger:
         """Write a provider's answer, trying again while the ledger's database does not answer: until it is
         written, the answer exists only in this process. Safe to repeat: the write is conditional on the
         version, and an attempt that committed but whose acknowledgement was lost is recognised afterwards."""
-        attempts = 0
+        try:
+            return self.store.transition(record, to, actor=self.worker_id, **write)
+        except LedgerUnavailable:  # almost every write ends above: the retry machinery is built only now
+            pass
 
-        def attempt() -> EffectRecord:
-            nonlocal attempts
-            attempts += 1
+        def again() -> EffectRecord:
             try:
                 return self.store.transition(record, to, actor=self.worker_id, **write)
             except StaleRecord:
-                if attempts > 1 and (mine := self._written_by_me(record, to)) is not None:
+                if (mine := self._written_by_me(record, to)) is not None:
                     return mine
                 raise
 
         policy = self.retry
         retrying = Retrying(
-            stop=stop_after_attempt(policy.max_attempts) | stop_after_delay(policy.max_total_seconds),
+            stop=stop_after_attempt(max(1, policy.max_attempts - 1)) | stop_after_delay(policy.max_total_seconds),
             wait=wait_exponential(multiplier=policy.initial_wait, max=policy.max_wait),
             retry=retry_if_exception_type(LedgerUnavailable),
             sleep=self._sleep,
             reraise=True,
         )
-        return retrying(attempt)
+        self._sleep(policy.initial_wait)
+        return retrying(again)
 
     def _written_by_me(self, record: EffectRecord, to: EffectStatus) -> EffectRecord | None:
         """The record as this worker's write left it, if that write is the latest; else None."""

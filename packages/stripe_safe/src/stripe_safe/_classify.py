@@ -86,11 +86,6 @@ def _refused(error: stripe.StripeError) -> bool:
     return not isinstance(error, stripe.APIError | stripe.APIConnectionError) and error.http_status in _REFUSED_STATUSES
 
 
-def _conflict(error: BaseException) -> bool:
-    """A 409: another request under the same key (or on the same object) is still running."""
-    return isinstance(error, stripe.StripeError) and error.http_status == 409
-
-
 def _connection(error: stripe.APIConnectionError) -> Verdict:
     """Refused or connect-timeout → retryable (never sent); anything after sending, or unrecognised → unknown."""
     chain = list(_chain(error))
@@ -106,7 +101,9 @@ def classify(error: BaseException) -> Verdict:
     """The verdict for one exception from a Stripe write; unrecognised means unknown, never definitive."""
     if isinstance(error, stripe.RateLimitError):  # 429: rate limiting runs before the endpoint executes
         return Verdict.of(error, Outcome.RETRYABLE, _error_code(error) or "rate_limit", retry_after=_retry_after(error))
-    if _conflict(error):  # v2 types "key in use" as IdempotencyError: the first request may still act
+    if isinstance(error, stripe.StripeError) and error.http_status == 409:
+        # a request under the same key (or on the same object) still runs; v2 types "key in use" as an
+        # IdempotencyError, which is final only as a 400 (the key reused with other params)
         return Verdict.of(error, Outcome.UNKNOWN, _error_code(error) or "http_409")
     if isinstance(error, _FINAL) or (isinstance(error, stripe.StripeError) and _refused(error)):
         return Verdict.of(error, Outcome.FINAL, _error_code(error), provider_result_id=_declined_object(error))
