@@ -2,23 +2,32 @@
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+import uuid
 from typing import TYPE_CHECKING
 
+import psycopg
 import pytest
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from safe_effects import (
     EffectRequest,
     EffectStatus,
     IntentConflict,
     Ledger,
+    LedgerUnavailable,
+    PostgresStore,
     PrometheusObserver,
     Reconciler,
     StoreCollector,
@@ -63,8 +72,6 @@ def test_collector_matches_status_counts(ops: Ops) -> None:
         )
         == 2
     )
-    from prometheus_client import generate_latest
-
     assert samples(generate_latest(registry).decode(), "safe_effects_effects") == expected(ops)
     age = registry.get_sample_value("safe_effects_oldest_unknown_age_seconds", {"provider": "fake"})
     assert age is not None
@@ -82,6 +89,97 @@ def test_unreachable_store_reports_down_instead_of_failing(ops: Ops) -> None:
 
     store.status_counts = broken  # type: ignore[method-assign]
     assert registry.get_sample_value("safe_effects_store_up") == 0
+
+
+def test_a_store_that_does_not_answer_shows_as_down_within_the_timeout(ops: Ops) -> None:
+    seed(ops)
+    registry = CollectorRegistry()
+    store = ops.ledger.store
+    registry.register(StoreCollector(store, timeout=0.3))
+    release, reads = threading.Event(), itertools.count(1)
+    real = store.status_counts
+
+    def hanging() -> list[tuple[str, str, EffectStatus, int]]:  # a query on a partitioned network, say
+        next(reads)
+        release.wait(30)
+        return real()
+
+    store.status_counts = hanging  # type: ignore[method-assign]
+    for _ in range(3):
+        started = time.monotonic()
+        assert registry.get_sample_value("safe_effects_store_up") == 0
+        assert time.monotonic() - started < 2
+    assert next(reads) == 2  # the scrapes waited on the one read still running, none queued another
+    release.set()
+    assert registry.get_sample_value("safe_effects_store_up") == 1  # back once the store answers
+    text = generate_latest(registry).decode()
+    assert samples(text, "safe_effects_effects") == expected(ops)
+
+
+class Proxy:
+    """A TCP proxy to PostgreSQL that can be cut, taking the database away from a running process."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                client, _ = self.server.accept()
+                upstream = socket.create_connection(self.target)
+                self.sockets += [client, upstream]
+                for a, b in ((client, upstream), (upstream, client)):
+                    threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+
+    def cut(self) -> None:
+        """Refuse new connections and drop the open ones, as a stopped server does (again: no-op)."""
+        with contextlib.suppress(OSError):
+            self.server.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread; close alone would not
+        self.server.close()
+        for open_socket in self.sockets:
+            with contextlib.suppress(OSError):
+                open_socket.shutdown(socket.SHUT_RDWR)
+            open_socket.close()
+
+
+@pytest.mark.postgres
+def test_postgres_going_away_shows_as_down_at_every_scrape_within_seconds(pg_url: str) -> None:
+    named = conninfo_to_dict(pg_url)
+    proxy = Proxy(str(named.get("host", "127.0.0.1")), int(named.get("port", 5432)))
+    through_proxy = make_conninfo(pg_url, host="127.0.0.1", port=proxy.port)
+    schema = f"se_test_{uuid.uuid4().hex[:12]}"
+    store = PostgresStore(through_proxy, schema=schema)  # checkouts wait up to the pool's default 30 s
+    impatient = PostgresStore(through_proxy, schema=schema, timeout=1)
+    try:
+        store.migrate()
+        registry = CollectorRegistry()
+        registry.register(StoreCollector(store))  # the default timeout, as `safe-effects metrics` uses
+        assert registry.get_sample_value("safe_effects_store_up") == 1
+        proxy.cut()
+        for _ in range(3):  # Prometheus scrapes again and again (scrape_timeout: 10 s by default)
+            started = time.monotonic()
+            assert registry.get_sample_value("safe_effects_store_up") == 0
+            assert time.monotonic() - started < 5
+        started = time.monotonic()
+        with pytest.raises(LedgerUnavailable):  # the store's own bound on a checkout
+            impatient.pending_migrations()
+        assert time.monotonic() - started < 5
+    finally:
+        proxy.cut()
+        store.close()
+        impatient.close()
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 def test_observer_counts_conflicts_reconciliations_and_compensations(ops: Ops) -> None:

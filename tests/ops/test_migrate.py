@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
+import sys
+import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
+import pytest
 from click.testing import Result
 from typer.testing import CliRunner
 
-from safe_effects import open_store
+from safe_effects import Ledger, LedgerUnavailable, open_store
 from safe_effects.cli._app import app
 
 
@@ -45,3 +52,36 @@ def test_an_unmigrated_store_is_refused_until_migrate_runs_once(fresh_store_url:
     assert json.loads(first.stdout)["applied"] == [1, 2, 3]
     assert "the schema is up to date" in again.stdout
     assert (listed.exit_code, json.loads(listed.stdout)) == (0, [])
+
+
+def test_an_unreachable_postgres_is_one_typed_line_at_once() -> None:
+    with socket.socket() as probe:  # a port nothing listens on: connection refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    started = time.monotonic()
+    listed = subprocess.run(  # the installed entry point, with its logging, not the in-process runner
+        [sys.executable, "-m", "safe_effects.cli", "list", "--store", f"postgresql://postgres@127.0.0.1:{port}/test"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert listed.returncode == 1
+    assert time.monotonic() - started < 10  # not the pool's 30 s wait for a connection
+    lines = listed.stderr.splitlines()
+    assert len(lines) == 1, listed.stderr  # no pool warnings, no traceback
+    assert lines[0].startswith("error [ledger_unavailable]: the PostgreSQL ledger cannot be reached: "), lines
+    assert "Connection refused" in lines[0]
+
+
+@pytest.mark.postgres
+def test_a_missing_postgres_database_is_named_to_cli_and_library(pg_url: str) -> None:
+    database = f"se_nodb_{uuid.uuid4().hex[:8]}"
+    url = urlsplit(pg_url)._replace(path=f"/{database}").geturl()
+    listed = run(url, "list")
+    assert listed.exit_code == 1
+    assert listed.stderr.startswith("error [ledger_unavailable]: ")
+    assert listed.stderr.count("\n") == 1
+    assert f'database "{database}" does not exist' in listed.stderr
+    with pytest.raises(LedgerUnavailable, match=f'database "{database}" does not exist'):
+        Ledger.open(url)

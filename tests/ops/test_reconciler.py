@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -10,11 +11,21 @@ from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
+import typer
 
-from safe_effects import EffectRequest, LeasePolicy, Ledger, LookupKind, LookupMethod, Reconciler
+from safe_effects import (
+    EffectRequest,
+    InvalidInput,
+    LeasePolicy,
+    Ledger,
+    LedgerUnavailable,
+    LookupKind,
+    LookupMethod,
+    Reconciler,
+)
 from safe_effects.cli import _reconcile as reconcile_cli
 from safe_effects.testing import FakeClock, GenericFakeAdapter
 
@@ -165,3 +176,64 @@ def test_two_reconciler_processes_settle_each_record_exactly_once(ops: Ops) -> N
     outcomes = Counter(i["outcome"] for r in reports for i in r["items"])
     assert outcomes["confirmed"] == len(keys)  # each record counted as settled by exactly one process
     assert set(outcomes) <= {"confirmed", "contended"}
+
+
+@pytest.mark.parametrize(
+    ("blip", "line"),
+    [
+        (LedgerUnavailable("the ledger did not answer: server restarting"), "error [ledger_unavailable]: the ledger"),
+        (OSError("disk I/O error"), "error: OSError: disk I/O error"),
+    ],
+    ids=["typed", "untyped"],
+)
+def test_cli_reconcile_loop_reports_a_failed_sweep_and_keeps_sweeping(
+    ops: Ops, monkeypatch: pytest.MonkeyPatch, blip: Exception, line: str
+) -> None:
+    key = ops.unknown("invoice:a:collect:v1").intent_key
+    store_class = type(ops.ledger.store)  # the CLI opens its own store of the same class from the URL
+    real = store_class.list_by_status
+    calls = itertools.count(1)
+
+    def flaky(self: Any, *args: Any, **kwargs: Any) -> Any:  # a PostgreSQL restart under the first sweep
+        if next(calls) == 1:
+            raise blip
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(store_class, "list_by_status", flaky)
+    pauses = pause_then_stop(monkeypatch, sweeps=2)
+    looped = ops.cli("reconcile", "--loop", "--interval", "5", "--adapters", ADAPTERS, "--json")
+    assert looped.exit_code == 0, looped.output
+    assert pauses == [5.0, 5.0]  # the loop went on after the failed sweep
+    assert len(looped.stderr.splitlines()) == 1, looped.stderr
+    assert looped.stderr.startswith(line)
+    assert json.loads(looped.stdout)["counts"] == {"confirmed": 1}  # the second sweep's report
+    assert ops.ledger.get(key).status == "confirmed"
+    assert len(ops.fake.effects()) == 1  # settled by lookup, nothing sent again
+
+
+def test_cli_reconcile_loop_still_stops_on_a_refusal_no_retry_heals(ops: Ops, monkeypatch: pytest.MonkeyPatch) -> None:
+    key = ops.unknown("invoice:a:collect:v1").intent_key
+
+    def refuse(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise InvalidInput("a refusal the next sweep would repeat")
+
+    monkeypatch.setattr(type(ops.ledger.store), "list_by_status", refuse)
+    pauses = pause_then_stop(monkeypatch, sweeps=2)
+    looped = ops.cli("reconcile", "--loop", "--interval", "5", "--adapters", ADAPTERS)
+    assert looped.exit_code == 1
+    assert pauses == []
+    assert looped.stderr == "error [invalid_input]: a refusal the next sweep would repeat\n"
+    assert ops.ledger.get(key).status == "unknown"
+
+
+def pause_then_stop(monkeypatch: pytest.MonkeyPatch, *, sweeps: int) -> list[float]:
+    """Replace the loop's pause between sweeps by one that ends the loop (exit 0) at its ``sweeps``-th pause."""
+    pauses: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+        if len(pauses) == sweeps:
+            raise typer.Exit(0)
+
+    monkeypatch.setattr(reconcile_cli, "time", SimpleNamespace(sleep=sleep))
+    return pauses

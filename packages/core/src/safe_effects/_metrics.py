@@ -5,8 +5,11 @@ prometheus-client is an optional extra (``safe-effects[metrics]``), imported onl
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime
 from types import ModuleType
 from typing import Any
 
@@ -15,6 +18,8 @@ from ._errors import MissingDependency
 from ._states import EffectStatus
 from ._store import Store
 
+# what a scrape reads: (tenant, provider, status, count) rows, and the oldest unknown's update time by provider
+_Numbers = tuple[list[tuple[str, str, EffectStatus, int]], dict[str, datetime]]
 # event -> (metric attribute, label names); labels an event lacks are exported as ""
 _EVENTS: Mapping[str, tuple[str, tuple[str, ...]]] = {
     "reconciliation": ("reconciliations", ("tenant", "provider", "method", "outcome")),
@@ -36,13 +41,60 @@ def prometheus() -> ModuleType:
     return prometheus_client
 
 
-class StoreCollector:
-    """Effect counts by status and the age of the oldest unknown, read from the store at each scrape."""
+class _Reader:
+    """A collector's store reads, on a thread of their own, so a scrape can stop waiting for a store that does
+    not answer (a checkout waiting on a pool, a query on a partitioned network).
 
-    def __init__(self, store: Store, *, clock: Clock = system_clock) -> None:
+    One thread for all reads, as SQLite keeps a connection per thread; a daemon, so a read stuck on a dead
+    database does not hold the process at exit. A scrape that comes while a read runs waits for that read
+    instead of queueing another: a database that does not answer gets one query at a time from a collector.
+    """
+
+    def __init__(self, read: Callable[[], _Numbers]) -> None:
+        self._read = read
+        self._changed = threading.Condition()
+        self._asked = self._answered = 0
+        self._numbers: _Numbers | None = None
+        threading.Thread(target=self._serve, name="safe-effects-store-reader", daemon=True).start()
+
+    def numbers(self, timeout: float) -> _Numbers | None:
+        """The answer of a read started now (or already running), or None if it failed or took over ``timeout``."""
+        with self._changed:
+            if self._asked == self._answered:
+                self._asked += 1
+                self._changed.notify_all()
+            ticket = self._asked
+            if not self._changed.wait_for(lambda: self._answered >= ticket, timeout):
+                return None
+            return self._numbers
+
+    def _serve(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: self._asked > self._answered)
+                ticket = self._asked
+            numbers = None
+            with contextlib.suppress(Exception):  # a failed read has no numbers: the store shows as down
+                numbers = self._read()
+            with self._changed:
+                self._numbers, self._answered = numbers, ticket
+                self._changed.notify_all()
+
+
+class StoreCollector:
+    """Effect counts by status and the age of the oldest unknown, read from the store at each scrape.
+
+    A scrape waits at most ``timeout`` seconds for the store, then reports ``safe_effects_store_up 0``: a
+    scrape slower than Prometheus' ``scrape_timeout`` (10 s by default) fails, and ``store_up`` is never
+    seen as 0.
+    """
+
+    def __init__(self, store: Store, *, clock: Clock = system_clock, timeout: float = 2.0) -> None:
         self.store = store
         self.clock = clock
+        self.timeout = timeout
         self._core = prometheus().core
+        self._reader = _Reader(self._query)
 
     def describe(self) -> Iterator[Any]:
         """Names only, so registering does not query the store."""
@@ -50,13 +102,12 @@ class StoreCollector:
 
     def collect(self) -> Iterator[Any]:
         effects, oldest, up = self._families()
-        try:
-            counts = self.store.status_counts()
-            oldest_unknown = self.store.oldest_updated(EffectStatus.UNKNOWN)
-        except Exception:  # an unreachable store must show as store_up 0, not as a failed scrape
+        numbers = self._reader.numbers(self.timeout)
+        if numbers is None:  # an unreachable store must show as store_up 0, not as a failed scrape
             up.add_metric([], 0)
             yield up
             return
+        counts, oldest_unknown = numbers
         by_group: dict[tuple[str, str], dict[EffectStatus, int]] = {}
         for tenant, provider, status, count in counts:
             by_group.setdefault((tenant, provider), {})[status] = count
@@ -68,6 +119,9 @@ class StoreCollector:
             oldest.add_metric([provider], max(0.0, (now - updated_at).total_seconds()))
         up.add_metric([], 1)
         yield from (effects, oldest, up)
+
+    def _query(self) -> _Numbers:
+        return self.store.status_counts(), self.store.oldest_updated(EffectStatus.UNKNOWN)
 
     def _families(self) -> tuple[Any, Any, Any]:
         gauge = self._core.GaugeMetricFamily

@@ -7,6 +7,7 @@ appends its audit row atomically, so a claim or a confirm costs one round trip a
 from __future__ import annotations
 
 import hashlib
+import os
 import select
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -131,6 +132,32 @@ def _store_connection() -> type[Connection[TupleRow]]:
     return StoreConnection
 
 
+def _connection_options(conninfo: str, connect_timeout: int) -> dict[str, Any]:
+    """The pool's connection options, tried once before the pool starts.
+
+    A wrong URL or a database that is down then fails the open at once, as one typed error naming libpq's
+    cause, instead of a pool that retries in the background, logging each attempt, until the first call
+    times out.
+    """
+    import psycopg  # noqa: PLC0415  # optional extra, present once a PostgresStore is made
+    from psycopg.conninfo import conninfo_to_dict  # noqa: PLC0415  # idem
+
+    try:
+        named = "connect_timeout" in conninfo_to_dict(conninfo) or "PGCONNECT_TIMEOUT" in os.environ
+        options: dict[str, Any] = {"autocommit": True} | ({} if named else {"connect_timeout": connect_timeout})
+        psycopg.connect(conninfo, **options).close()
+    except psycopg.ProgrammingError as error:  # libpq refused the conninfo itself (an unknown option)
+        raise InvalidInput(f"invalid PostgreSQL conninfo: {_one_line(error)}") from error
+    except psycopg.OperationalError as error:
+        raise LedgerUnavailable(f"the PostgreSQL ledger cannot be reached: {_one_line(error)}") from error
+    return options
+
+
+def _one_line(error: Exception) -> str:
+    """libpq's messages run over several lines (a hint on the next); a log or CLI line needs one."""
+    return " ".join(str(error).split())
+
+
 def _render(query: sql.Composable) -> bytes:
     """Rendered once at start-up: psycopg would otherwise re-escape every identifier on every execute."""
     return query.as_bytes(None)
@@ -139,7 +166,19 @@ def _render(query: sql.Composable) -> bytes:
 class PostgresStore:
     """A :class:`~safe_effects.Store` in one PostgreSQL schema (created by :meth:`migrate` if missing)."""
 
-    def __init__(self, conninfo: str, *, schema: str = "safe_effects", min_size: int = 1, max_size: int = 10) -> None:
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        schema: str = "safe_effects",
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 30.0,
+        connect_timeout: int = 10,
+    ) -> None:
+        """``timeout``: seconds a call waits for a pooled connection before :class:`LedgerUnavailable`.
+        ``connect_timeout``: libpq's bound on each new connection, unless the conninfo or ``PGCONNECT_TIMEOUT``
+        sets one. The database is connected to once here, so a wrong or unreachable one fails the open."""
         try:
             import psycopg  # noqa: PLC0415  # optional extra: imported only when a PostgresStore is made
             from psycopg import sql  # noqa: PLC0415  # idem
@@ -171,7 +210,8 @@ class PostgresStore:
             conninfo,
             min_size=min_size,
             max_size=max_size,
-            kwargs={"autocommit": True},
+            timeout=timeout,
+            kwargs=_connection_options(conninfo, connect_timeout),
             connection_class=_store_connection(),
             configure=_read_committed,
             check=_ping_if_suspect,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 
 
@@ -14,6 +15,8 @@ def main() -> None:
             f"safe-effects CLI needs its extra ({error.name} is missing): pip install 'safe-effects[cli]'\n"
         )
         raise SystemExit(1) from None
+    # the pool logs every reconnect attempt while PostgreSQL is down; the commands report the outage themselves
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     app(prog_name="safe-effects")
 
 

@@ -55,16 +55,21 @@ def handled(command: Callable[P, None]) -> Callable[P, None]:
     def run(*args: P.args, **kwargs: P.kwargs) -> None:
         try:
             command(*args, **kwargs)
-        except SafeEffectsError as error:
-            fail(f"error [{error.code}]: {error}")
         except typer.Exit:
             raise
         except Exception as error:  # a store outage or an adapter bug: say what, offer the traceback on demand
-            if os.environ.get(DEBUG_ENV):
+            if os.environ.get(DEBUG_ENV) and not isinstance(error, SafeEffectsError):
                 raise
-            fail(f"error: {type(error).__name__}: {error} (set {DEBUG_ENV}=1 for the traceback)")
+            fail(error_line(error))
 
     return run
+
+
+def error_line(error: Exception) -> str:
+    """``error [code]: message`` for the library's typed errors, the exception's class for any other."""
+    if isinstance(error, SafeEffectsError):
+        return f"error [{error.code}]: {error}"
+    return f"error: {type(error).__name__}: {error} (set {DEBUG_ENV}=1 for the traceback)"
 
 
 def emit(renderable: Any) -> None:
@@ -73,8 +78,13 @@ def emit(renderable: Any) -> None:
 
 
 def fail(message: str) -> NoReturn:
-    sys.stderr.write(message.rstrip() + "\n")
+    say(message)
     raise typer.Exit(1)
+
+
+def say(message: str) -> None:
+    """One line on stderr: libpq's messages span lines, and a log line must stay one record."""
+    sys.stderr.write(" ".join(message.split()) + "\n")
 
 
 @contextmanager

@@ -5,16 +5,18 @@ from __future__ import annotations
 import os
 import socket
 import time
+import traceback
 from dataclasses import asdict
 from typing import Annotated
 
 import typer
 
 from safe_effects._adapter_registry import load_adapters
+from safe_effects._errors import InvalidInput, MissingDependency
 from safe_effects._metrics import PrometheusObserver, serve
 from safe_effects._reconciler import Reconciler, ReconcileReport
 
-from ._common import AdaptersSpec, AsJson, StoreUrl, emit, opened, print_json, table
+from ._common import DEBUG_ENV, AdaptersSpec, AsJson, StoreUrl, emit, error_line, opened, print_json, say, table
 
 
 def _show(report: ReconcileReport, as_json: bool) -> None:
@@ -48,8 +50,24 @@ def reconcile(
         if observer is not None:
             ledger.observer = observer
         reconciler = Reconciler(ledger, load_adapters(adapters))
-        while True:
+        if not loop:
             _show(reconciler.run_once(limit=limit), as_json)
-            if not loop:
-                return
+            return
+        while True:
+            _sweep(reconciler, limit, as_json)
             time.sleep(interval)
+
+
+def _sweep(reconciler: Reconciler, limit: int, as_json: bool) -> None:
+    """One sweep of the loop: a store that fails it (a restart, a failover) is reported and the next sweep
+    tries again, as the reconciler must keep running; a refusal that no retry can heal still ends the loop."""
+    try:
+        report = reconciler.run_once(limit=limit)
+    except (InvalidInput, MissingDependency):
+        raise
+    except Exception as error:
+        if os.environ.get(DEBUG_ENV):
+            traceback.print_exc()
+        say(error_line(error))
+        return
+    _show(report, as_json)
