@@ -9,13 +9,14 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+import requests
 import stripe
 from stripe.oauth_error import InvalidGrantError
 
 from safe_effects import EffectRejected, EffectStatus, InvalidInput
 from safe_effects.testing import Fault
 from stripe_safe import AnswerUnavailable, StripeClient, receipt_of
-from stripe_safe.testing import stripe_error_fault
+from stripe_safe.testing import server_error_fault, stripe_error_fault
 
 from .conftest import API_KEY, KEY, PI, SHORT_TIMEOUT, Env, raw_client
 
@@ -39,13 +40,20 @@ def posted_keys(env: Env, path_prefix: str) -> list[str | None]:
         ("STRIPE-CONTEXT", "stripe_context"),
     ],
 )
+@pytest.mark.parametrize("shape", ["dict", "bytes", "pairs"])
 def test_a_header_that_would_replace_the_key_or_the_account_is_refused_before_anything_is_recorded(
-    env: Env, header: str, instead: str
+    env: Env, header: str, instead: str, shape: str
 ) -> None:
     """The SDK applies ``options["headers"]`` after the Idempotency-Key and account it set: a per-attempt key
-    there (a raw-HTTP habit) would make every retry a new charge; an account there would never be recorded."""
+    there (a raw-HTTP habit) would make every retry a new charge; an account there would never be recorded.
+    However the SDK takes the headers: a dict, bytes names (requests sends them too), or a list of pairs."""
     env.fake.inject(Fault.drop_after_commit(path_prefix="/v1/payment_intents"))
-    options = {"idempotency_key": KEY, "headers": {header: "attempt-7f3a"}}
+    headers: object = {
+        "dict": {header: "attempt-7f3a"},
+        "bytes": {header.encode(): "attempt-7f3a"},
+        "pairs": [(f" {header} ", "attempt-7f3a")],
+    }[shape]
+    options = {"idempotency_key": KEY, "headers": headers}
     for _ in range(2):  # the first call and its retry: both refused, neither sent
         with pytest.raises(InvalidInput, match=rf"{header}.*{instead}.* instead"):
             env.client.v1.payment_intents.create(params=PI, options=options)  # type: ignore[arg-type]
@@ -54,14 +62,52 @@ def test_a_header_that_would_replace_the_key_or_the_account_is_refused_before_an
     assert env.ledger.store.list_by_status(list(EffectStatus)) == []
 
 
-def test_other_headers_pass_through_under_the_ledgers_key(env: Env) -> None:
-    options = {"idempotency_key": KEY, "headers": {"X-Trace-Id": "trace-1"}}
+@pytest.mark.parametrize("headers", [{"X-Trace-Id": "trace-1"}, [("X-Trace-Id", "trace-1")]])
+def test_other_headers_pass_through_under_the_ledgers_key(env: Env, headers: object) -> None:
+    options = {"idempotency_key": KEY, "headers": headers}
     created = env.client.v1.payment_intents.create(params=PI, options=options)  # type: ignore[arg-type]
     sent = env.fake.requests("POST", "/v1/payment_intents")
     assert [(p.header("x-trace-id"), p.header("idempotency-key")) for p in sent] == [("trace-1", KEY)]
     assert env.fake.effect_count("payment_intents.create") == 1
     record = env.record()
     assert (record.status, record.provider_result_id) == (EffectStatus.CONFIRMED, created.id)
+
+
+def test_a_session_header_that_would_replace_the_key_or_the_account_is_refused_when_the_client_is_made(
+    env: Env,
+) -> None:
+    """requests sends a session's headers with every call: an account there would never be recorded."""
+    session = requests.Session()
+    session.headers["Stripe-Account"] = "acct_X"
+    with pytest.raises(InvalidInput, match=r"session sets 'Stripe-Account'.*stripe_account"):
+        StripeClient(
+            API_KEY,
+            ledger=env.ledger,
+            base_addresses={"api": env.fake.url},
+            http_client=stripe.RequestsClient(session=session, timeout=SHORT_TIMEOUT),
+        )
+    assert env.fake.requests() == []
+
+
+def test_a_confirmed_create_whose_object_cannot_be_read_back_is_never_sent_again(env: Env) -> None:
+    """Written with another API key (another account's object): the repeat's GET finds nothing. The write is
+    confirmed, so the answer is unavailable; a second POST would be a second charge."""
+    first = env.client.v1.payment_intents.create(
+        params=PI,  # type: ignore[arg-type]
+        options={"idempotency_key": KEY, "api_key": "sk_test_another_account"},
+    )
+    env.fake.inject(
+        stripe_error_fault(
+            404, "invalid_request_error", f"No such payment_intent: '{first.id}'",
+            method="GET", path_prefix=f"/v1/payment_intents/{first.id}",
+        )
+    )  # fmt: skip
+    with pytest.raises(AnswerUnavailable, match="found nothing"):
+        env.client.v1.payment_intents.create(params=PI, options={"idempotency_key": KEY})  # type: ignore[arg-type]
+    assert posted_keys(env, "/v1/payment_intents") == [KEY]
+    assert env.fake.effect_count("payment_intents.create") == 1
+    record = env.record()
+    assert (record.status, record.attempt_count, record.provider_result_id) == (EffectStatus.CONFIRMED, 1, first.id)
 
 
 # -- 2. the ledger's answer keeps the call's expand ------------------------------------------------------------
@@ -126,14 +172,14 @@ def portal_session(env: Env) -> stripe.billing_portal.Session:
 
 
 def test_a_repeated_create_with_no_get_endpoint_is_answered_by_stripes_replay_of_the_same_key(env: Env) -> None:
-    """A billing portal session has an id, but Stripe serves no GET for it: the read-back's 404 is followed by a
-    same-key replay, never by a call without the intent's key."""
+    """A billing portal session has an id, but Stripe serves no GET for it: a same-key replay answers, never a
+    call without the intent's key."""
     raw_client(env.fake.url).v1.customers.create(params={"email": "a@example.com"})
     first = portal_session(env)
     again = portal_session(env)
 
     assert (again.id, again.url) == (first.id, first.url)
-    assert len(env.fake.requests("GET", f"/v1/billing_portal/sessions/{first.id}")) == 1  # Stripe's 404
+    assert env.fake.requests("GET", f"/v1/billing_portal/sessions/{first.id}") == []  # Stripe serves none
     assert posted_keys(env, "/v1/billing_portal") == [KEY, KEY]
     assert env.fake.effect_count("billing_portal.sessions") == 1
     record = env.record()
@@ -145,12 +191,22 @@ def test_after_the_key_window_a_create_with_no_get_endpoint_is_refused_and_nothi
     first = portal_session(env)
     env.clock.advance(REPLAY_WINDOW_CLOSED)
 
-    with pytest.raises(AnswerUnavailable, match=rf"confirmed \(object {first.id}\).*key window") as caught:
+    with pytest.raises(AnswerUnavailable, match=rf"confirmed \(object {first.id}\).*key window"):
         portal_session(env)
 
-    assert isinstance(caught.value.__cause__, stripe.InvalidRequestError)  # the read-back's 404
     assert posted_keys(env, "/v1/billing_portal") == [KEY]
     assert env.fake.effect_count("billing_portal.sessions") == 1
+    assert env.record().status is EffectStatus.CONFIRMED
+
+
+def test_a_failed_replay_of_a_confirmed_create_is_answer_unavailable(env: Env) -> None:
+    """The effect is confirmed; only its answer is missing: a typed error that says so, not the SDK's 500."""
+    env.client.v1.account_links.create(params=LINK, options={"idempotency_key": KEY})  # type: ignore[arg-type]
+    env.fake.inject(server_error_fault(path_prefix="/v1/account_links"))
+    with pytest.raises(AnswerUnavailable, match="replay failed") as caught:
+        env.client.v1.account_links.create(params=LINK, options={"idempotency_key": KEY})  # type: ignore[arg-type]
+    assert isinstance(caught.value.__cause__, stripe.APIError)
+    assert env.fake.effect_count("account_links.create") == 1
     assert env.record().status is EffectStatus.CONFIRMED
 
 

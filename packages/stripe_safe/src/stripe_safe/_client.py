@@ -43,6 +43,7 @@ from safe_effects import (
 from ._adapter import StripeAdapter, StripeCall, scope_options
 from ._contract import (
     CONNECT_TIMEOUT,
+    NO_READ_BACK,
     READ_TIMEOUT,
     RESERVED_HEADERS,
     WRITE_METHODS,
@@ -93,11 +94,19 @@ def _no_replay(contract: ProviderContract, record: EffectRecord) -> str:
 def _refuse_reserved_headers(options: RequestOptions | None) -> None:
     """The SDK applies ``options["headers"]`` over its own: an Idempotency-Key there would replace the ledger's
     key, a Stripe-Account or Stripe-Context would act on an account the ledger never recorded."""
-    header = reserved_header((options or {}).get("headers"))
+    given: Any = (options or {}).get("headers") or {}
+    try:
+        names = list(dict(given))  # a mapping or pairs, as the SDK itself takes them
+    except (TypeError, ValueError) as bad:
+        raise InvalidInput(f"options['headers'] must be a mapping of header names to values: {bad}") from bad
+    _refuse_header(reserved_header(names), "options['headers']")
+
+
+def _refuse_header(header: str | None, where: str) -> None:
     if header is not None:
         raise InvalidInput(
-            f"options['headers'] sets {header!r}, which a safe StripeClient write takes from request options only: "
-            f"use {RESERVED_HEADERS[header.lower()]} instead"
+            f"{where} sets {header!r}, which a safe StripeClient write takes from request options only: "
+            f"use {RESERVED_HEADERS[header.strip().lower()]} instead"
         )
 
 
@@ -258,8 +267,10 @@ class _LedgerRequestor(_APIRequestor):
         """The answer to a repeated call of a confirmed intent: a GET of the recorded object, shaped by the call's
         ``expand`` / ``include``; else Stripe's saved answer by a same-key replay."""
         path: str = request.params["path"]
-        if record.provider_result_id is None:  # an account link, a meter event: nothing to GET
-            return self._replayed(record, request, None)
+        if request.operation in NO_READ_BACK:  # an account link, a billing portal session: nothing to GET
+            return self._replayed(record, request)
+        if record.provider_result_id is None:
+            raise AnswerUnavailable(record, "no object id was recorded to read it back by")
         where = retrieve_path(path, record.provider_result_id)
         try:
             return self.transport.read(where, read_params(path, caller), read)  # a read, never a write
@@ -270,17 +281,25 @@ class _LedgerRequestor(_APIRequestor):
                 # most deleted objects are gone for a GET: answer with Stripe's own shape of a delete's answer
                 gone = {"id": record.provider_result_id, "object": deleted_object_type(path), "deleted": True}
                 return _convert_to_stripe_object(resp=gone, requestor=self.transport, api_mode="V1")
-            return self._replayed(record, request, missing)  # a billing portal session: Stripe serves no GET
+            why = f"GET {where} found nothing (written with another API key or account?)"
+            raise AnswerUnavailable(record, why) from missing  # never a resend: the write is confirmed
 
-    def _replayed(
-        self, record: EffectRecord, request: EffectRequest, missing: stripe.InvalidRequestError | None
-    ) -> stripe.StripeObject:
+    def _replayed(self, record: EffectRecord, request: EffectRequest) -> stripe.StripeObject:
         """Stripe's saved answer: the same call under the key it was first sent with, which Stripe replays without
-        acting again, but only while the contract says Stripe still holds that key (window minus margin)."""
+        acting again, but only while the contract says Stripe still holds that key (window minus margin), and
+        only if Stripe says it replayed (``Idempotent-Replayed``) rather than ran the call again."""
         contract = self.adapter.contract_for(request.operation)
         if record.provider_key is None or not contract.can_replay(record.first_dispatched_at, self.ledger.clock()):
-            raise AnswerUnavailable(record, _no_replay(contract, record)) from missing
-        return self.adapter.dispatch(request, record.provider_key)
+            raise AnswerUnavailable(record, _no_replay(contract, record))
+        try:
+            answer = self.adapter.dispatch(request, record.provider_key)
+        except stripe.StripeError as failed:
+            raise AnswerUnavailable(record, f"the same-key replay failed: {failed}") from failed
+        replayed = answer.last_response is not None and answer.last_response.headers.get("Idempotent-Replayed")
+        if replayed != "true":
+            made = answer.to_dict(recursive=False).get("id") or "an object"
+            raise AnswerUnavailable(record, f"Stripe did not replay the key but ran the call again (made {made})")
+        return answer
 
     async def request_async(
         self,
@@ -379,6 +398,9 @@ class StripeClient(stripe.StripeClient):
             http_client = stripe.RequestsClient(timeout=timeout, verify_ssl_certs=verify_ssl_certs, proxy=proxy)
         elif not isinstance(http_client, stripe.RequestsClient):
             raise TypeError("stripe_safe classifies transport errors from requests: pass a stripe.RequestsClient")
+        else:  # requests sends a session's headers with every call, over the SDK's own
+            session = getattr(http_client, "_session", None)
+            _refuse_header(reserved_header(getattr(session, "headers", None) or ()), "the http_client's session")
         super().__init__(
             api_key,
             stripe_account=stripe_account,

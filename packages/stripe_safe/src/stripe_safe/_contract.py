@@ -8,7 +8,7 @@ The operation name is derived from the SDK's own request shape (``post /v1/payme
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -197,9 +197,30 @@ def read_params(path: str, params: Mapping[str, Any]) -> dict[str, Any] | None:
     return {name: params[name]}
 
 
-def reserved_header(headers: Mapping[str, Any] | None) -> str | None:
-    """The first per-call header that would bypass the ledger (its key, or an unrecorded account), or None."""
-    return next((name for name in headers or {} if name.lower() in RESERVED_HEADERS), None)
+# Creates whose answer no GET serves (no id, or no retrieve endpoint): a repeated call is answered by Stripe's
+# replay of the same key. None moves money: were the key forgotten, the replay would act again.
+NO_READ_BACK = frozenset(
+    {
+        "account_links.create",
+        "account_sessions.create",
+        "billing.meter_events",
+        "billing_portal.sessions",
+        "customer_sessions.create",
+        "ephemeral_keys.create",
+    }
+)
+
+
+def reserved_header(names: Iterable[object]) -> str | None:
+    """The first header name that would bypass the ledger (its key, or an unrecorded account), or None.
+
+    Compared as HTTP does: case-insensitive, bytes as Latin-1, surrounding whitespace ignored.
+    """
+    for name in names:
+        text = name.decode("latin-1") if isinstance(name, bytes) else str(name)
+        if text.strip().lower() in RESERVED_HEADERS:
+            return text
+    return None
 
 
 def provider_key(tenant: str, intent_key: IntentKey) -> str:
