@@ -6,8 +6,11 @@ short busy timeout (SQLite) or ``lock_timeout`` (PostgreSQL), or PostgreSQL term
 
 from __future__ import annotations
 
+import logging
+import os
 import sqlite3
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -17,6 +20,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from safe_effects import (
     EffectRequest,
@@ -261,3 +265,76 @@ def test_prepare_refuses_an_autocommit_connection(
             ledger.get(KEY)
     assert adapter.dispatches == []
     assert fake.effects() == []
+
+
+@pytest.fixture
+def read_only_later(pg_url: str) -> Iterator[tuple[PostgresStore, Callable[[], None]]]:
+    """A migrated store under a role of its own, and a switch that makes that role's sessions read-only (as a
+    failover onto a standby would) and ends its open sessions."""
+    role = f"se_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        database = sql.Identifier(admin.info.dbname)
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+        admin.execute(sql.SQL("GRANT CREATE ON DATABASE {} TO {}").format(database, sql.Identifier(role)))
+
+    def go_read_only() -> None:
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute(sql.SQL("ALTER ROLE {} SET default_transaction_read_only = on").format(sql.Identifier(role)))
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (role,))
+
+    store = PostgresStore(psycopg.conninfo.make_conninfo(pg_url, user=role), schema=role)
+    try:
+        store.migrate()
+        yield store, go_read_only
+    finally:
+        store.close()
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (role,))
+            admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(role)))
+            admin.execute(sql.SQL("REVOKE CREATE ON DATABASE {} FROM {}").format(database, sql.Identifier(role)))
+            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+@pytest.mark.postgres
+def test_an_answer_a_read_only_database_cannot_record_is_effect_unknown(
+    read_only_later: tuple[PostgresStore, Callable[[], None]], adapter: HookedAdapter, fake: GenericFakeProvider
+) -> None:
+    store, go_read_only = read_only_later
+    ledger = Ledger(store, retry=FAST_RETRY, lease=LEASE)
+    adapter.after_send.append(go_read_only)
+    with pytest.raises(EffectUnknown, match="could not record") as unknown:
+        ledger.execute(adapter, REQUEST, intent_key=KEY)
+    assert isinstance(unknown.value.__cause__, LedgerUnavailable)
+    assert len(fake.effects()) == 1
+    assert ledger.get(KEY).status is S.IN_FLIGHT  # reads still work; the answer could not be written
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_the_pools_check_works_on_sockets_past_select_s_limit(store_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """select() refuses an fd >= 1024, which a busy process's sockets reach: the check must still pass."""
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        with caplog.at_level(logging.INFO, logger="psycopg.pool"), Ledger.open(store_url) as ledger:
+            for _ in range(3):
+                ledger.store.status_counts()
+    finally:
+        for fd in held:
+            os.close(fd)
+    assert [r.getMessage() for r in caplog.records if "failed check" in r.getMessage()] == []
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_prepare_joins_a_transaction_opened_on_an_autocommit_connection(
+    store_url: str, pg_url: str, adapter: HookedAdapter
+) -> None:
+    with Ledger.open(store_url) as ledger, psycopg.connect(pg_url, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.QueryCanceled), conn.transaction():  # noqa: PT012  # the business write
+            ledger.prepare(adapter, REQUEST, intent_key=KEY, connection=conn)
+            conn.execute("SELECT pg_cancel_backend(pg_backend_pid())")  # it fails: the transaction rolls back
+        with pytest.raises(IntentNotFound):
+            ledger.get(KEY)
+        with conn.transaction():
+            ledger.prepare(adapter, REQUEST, intent_key=KEY, connection=conn)
+        assert ledger.get(KEY).status is S.PREPARED

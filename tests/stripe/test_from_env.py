@@ -8,7 +8,15 @@ import sys
 
 import pytest
 
-from safe_effects import EffectRejected, EffectRequest, EffectStatus, EffectUnknown, Operator, SafeEffectsError
+from safe_effects import (
+    EffectRejected,
+    EffectRequest,
+    EffectStatus,
+    EffectUnknown,
+    IllegalTransition,
+    Operator,
+    SafeEffectsError,
+)
 from safe_effects.testing import Fault
 from stripe_safe import StripeCall, adapter_from_env
 
@@ -80,3 +88,33 @@ def test_a_refund_through_the_lookup_only_adapter_is_rejected_before_anything_is
     assert env.fake.effect_count("refunds.create") == 0
     assert env.record(refund).status is EffectStatus.REJECTED
     assert env.record().status is EffectStatus.CONFIRMED
+
+
+def test_a_refund_in_doubt_stays_unknown_when_the_lookup_only_adapter_refuses_its_replay(env: Env) -> None:
+    """The app's refund reached Stripe, its answer was lost. An operator runs the same compensation with the
+    environment's adapter: its refusal of the replay says nothing about the first attempt, so the refund stays
+    unknown (never rejected), and no second refund under another key can go out."""
+    pi = env.client.v1.payment_intents.create(params=PI, options={"idempotency_key": KEY})  # type: ignore[arg-type]
+    refund, params = "invoice:inv_42:refund:v1", {"payment_intent": pi.id, "amount": 500}
+    env.fake.inject(Fault.drop_after_commit(path_prefix="/v1/refunds"))
+    with pytest.raises(EffectUnknown):
+        env.client.compensating(KEY).v1.refunds.create(params=params, options={"idempotency_key": refund})  # type: ignore[arg-type]
+    operator, adapter = (
+        Operator(env.ledger),
+        adapter_from_env({"STRIPE_API_KEY": "sk_op", "STRIPE_API_BASE": env.fake.url}),
+    )
+    with pytest.raises(EffectUnknown):
+        operator.compensate(
+            adapter, original_key=KEY, compensating_key=refund, operation="refunds.create",
+            params={"path": "/v1/refunds", "params": params}, operator="alice", reason="push it through",
+            expect_version=env.record().version,
+        )  # fmt: skip
+    assert env.record(refund).status is EffectStatus.UNKNOWN
+    with pytest.raises(IllegalTransition, match="holds it"):
+        operator.compensate(
+            adapter, original_key=KEY, compensating_key="invoice:inv_42:refund:v2", operation="refunds.create",
+            params={"path": "/v1/refunds", "params": params}, operator="alice", reason="again",
+            expect_version=env.record().version,
+        )  # fmt: skip
+    assert len(env.fake.refunds) == 1
+    assert env.fake.effect_count("refunds.create") == 1

@@ -542,7 +542,9 @@ class Ledger:
         assert record.provider_key is not None
         self.crash_plan.hit(CrashPoint.BEFORE_DISPATCH)
         try:
-            response = self._send_with_retries(adapter, request, record.provider_key)
+            # an adapter's own refusal proves nothing was sent only if nothing of this intent was sent before
+            first = method == "provider_response" and record.attempt_count == 1
+            response = self._send_with_retries(adapter, request, record.provider_key, first=first)
         except _Retryable as exhausted:
             # a deferred replay goes back to unknown: an earlier attempt may have acted
             back_to = S.UNKNOWN if method == "key_replay" else S.PREPARED
@@ -596,12 +598,14 @@ class Ledger:
             return None
         return lambda: self.crash_plan.hit(CrashPoint.DURING_RECEIPT_PERSIST)
 
-    def _send_with_retries(self, adapter: ProviderAdapter[R], request: EffectRequest, provider_key: str) -> R:
+    def _send_with_retries(
+        self, adapter: ProviderAdapter[R], request: EffectRequest, provider_key: str, *, first: bool
+    ) -> R:
         def attempt() -> R:
             try:
                 return adapter.dispatch(request, provider_key)
             except Exception as error:
-                verdict = self._classify(adapter, error)
+                verdict = self._classify(adapter, error, first=first)
                 if verdict.outcome is Outcome.RETRYABLE:
                     raise _Retryable(verdict, error) from error
                 raise _Settled(verdict, error) from error
@@ -650,9 +654,11 @@ class Ledger:
         return min(self.retry.max_wait, backoff)
 
     @staticmethod
-    def _classify(adapter: ProviderAdapter[Any], error: Exception) -> Verdict:
-        if isinstance(error, InvalidInput):  # the adapter refused the request itself, before sending anything
-            return Verdict.of(error, Outcome.FINAL, error.code)
+    def _classify(adapter: ProviderAdapter[Any], error: Exception, *, first: bool) -> Verdict:
+        """The adapter's verdict; an adapter's own refusal (``InvalidInput``, raised before any I/O) is final on
+        an intent's first send. On a replay or a resend it says nothing about what an earlier attempt did."""
+        if isinstance(error, InvalidInput):
+            return Verdict.of(error, Outcome.FINAL if first else Outcome.UNKNOWN, error.code)
         try:
             return adapter.classify(error)
         except Exception as broken:  # a classifier bug must never turn into a silent success or a resend
@@ -690,13 +696,15 @@ class Ledger:
                 )
             except StaleRecord as lost:
                 return self._lease_lost(record, to, result_id, lost)
-        except LedgerUnavailable as down:
+        except LeaseLost:
+            raise
+        except Exception as down:  # LedgerUnavailable, or anything else that kept the answer from being written
             raise self._unrecorded(record, to, result_id, down) from down
         if method != "provider_response":
             self._observe("reconciliation", finished, method=method, outcome=to.value)
         try:
             self._after_settled(finished)
-        except LedgerUnavailable as down:  # the outcome is written; the next call on either intent marks it
+        except LedgerUnavailable as down:  # the outcome is written; the next call of the compensation marks it
             _log.warning("intent %r is %s, but its original is not marked yet: %s", finished.intent_key, to, down)
         return finished
 
@@ -738,7 +746,7 @@ class Ledger:
         return current if ours else None
 
     def _unrecorded(
-        self, record: EffectRecord, to: EffectStatus, result_id: str | None, down: LedgerUnavailable
+        self, record: EffectRecord, to: EffectStatus, result_id: str | None, down: Exception
     ) -> EffectUnknown:
         """The provider answered but the ledger stayed unavailable: the caller must not take it as success or
         failure. The lease is marked dead here, so this process's next call reconciles at once (by key replay

@@ -68,14 +68,14 @@ class _Checkout:
     itself (or runs in an explicit ``conn.transaction()``), and ``putconn`` rolls back whatever is left open
     and discards a broken connection. Two checkouts per effect made the difference measurable.
 
-    A database that does not answer (``psycopg.OperationalError``: connection lost, server restarting,
-    statement cancelled, pool timeout or closed) becomes :class:`LedgerUnavailable`, one typed error for
-    callers of either store.
+    A database that does not answer or refuses writes for now (see :func:`_unavailable`: connection lost,
+    server restarting, statement cancelled, pool timeout or closed, a read-only standby) becomes
+    :class:`LedgerUnavailable`, one typed error for callers of either store.
     """
 
     __slots__ = ("_conn", "_down", "_pool")
 
-    def __init__(self, pool: ConnectionPool[Connection[TupleRow]], down: type[Exception]) -> None:
+    def __init__(self, pool: ConnectionPool[Connection[TupleRow]], down: tuple[type[Exception], ...]) -> None:
         self._pool, self._down = pool, down
 
     def __enter__(self) -> Connection[TupleRow]:
@@ -100,8 +100,18 @@ def _ping_if_suspect(conn: Connection[Any]) -> None:
     network drop). A connection in steady use is handed out as it is.
     """
     idle = time.monotonic() - cast("_Pooled", conn).returned_at > _PING_AFTER_IDLE
-    if idle or select.select([conn.pgconn.socket], [], [], 0)[0]:
+    if idle or _input_waiting(conn.pgconn.socket):
         conn.execute("")
+
+
+def _input_waiting(fd: int) -> bool:
+    """Whether ``fd`` has input to read, now. ``poll`` where there is one: ``select`` refuses an fd >= 1024,
+    which a busy process's sockets reach."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(0))
+    return bool(select.select([fd], [], [], 0)[0])
 
 
 def _read_committed(conn: Connection[Any]) -> None:
@@ -158,6 +168,16 @@ def _one_line(error: Exception) -> str:
     return " ".join(str(error).split())
 
 
+@lru_cache(maxsize=1)
+def _unavailable() -> tuple[type[Exception], ...]:
+    """psycopg's errors that mean the ledger cannot write now: a database that does not answer (pool timeouts
+    and closed pools included), or one that refuses writes for now (a failover onto a standby,
+    ``default_transaction_read_only``). Made on first use: psycopg is an optional dependency."""
+    import psycopg  # noqa: PLC0415  # optional extra, present once a PostgresStore is made
+
+    return (psycopg.OperationalError, psycopg.InterfaceError, psycopg.errors.ReadOnlySqlTransaction)
+
+
 def _render(query: sql.Composable) -> bytes:
     """Rendered once at start-up: psycopg would otherwise re-escape every identifier on every execute."""
     return query.as_bytes(None)
@@ -196,7 +216,6 @@ class PostgresStore:
             )
         self.schema = schema
         self._connection_type = psycopg.Connection
-        self._down: type[Exception] = psycopg.OperationalError  # pool timeouts and closed pools included
         self._dict_row = dict_row
         self._codec = Codec(
             time_out=lambda value: value,
@@ -343,7 +362,7 @@ class PostgresStore:
         self._pool.close()
 
     def _checkout(self) -> _Checkout:
-        return _Checkout(self._pool, self._down)
+        return _Checkout(self._pool, _unavailable())
 
     def insert_if_absent(
         self, record: EffectRecord, *, actor: str, reason: str | None = None, connection: Any = None
@@ -357,11 +376,11 @@ class PostgresStore:
                 return self._insert_or_get(conn, record, params)
         if not isinstance(connection, self._connection_type):
             raise InvalidInput(f"connection must be a psycopg.Connection, got {type(connection).__name__}")
-        if connection.autocommit:
+        if connection.autocommit and connection.info.transaction_status.name == "IDLE":
             # the row would commit at once and outlive a rollback of the business change it belongs with
             raise InvalidInput(
-                "connection is in autocommit mode: prepare joins the caller's transaction, so pass a connection "
-                "with autocommit off (or open conn.transaction() on it first)"
+                "connection is in autocommit mode with no transaction open: prepare joins the caller's "
+                "transaction, so pass a connection with autocommit off, or call it inside conn.transaction()"
             )
         return self._insert_or_get(connection, record, params)
 
