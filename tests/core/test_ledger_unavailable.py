@@ -6,8 +6,10 @@ short busy timeout (SQLite) or ``lock_timeout`` (PostgreSQL), or PostgreSQL term
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import socket
 import sqlite3
 import threading
 import uuid
@@ -23,6 +25,7 @@ import pytest
 from psycopg import sql
 
 from safe_effects import (
+    EffectRecord,
     EffectRequest,
     EffectStatus,
     EffectUnknown,
@@ -35,7 +38,7 @@ from safe_effects import (
     RetryPolicy,
     SQLiteStore,
 )
-from safe_effects.testing import GenericFakeAdapter, GenericFakeProvider
+from safe_effects.testing import GenericFakeAdapter, GenericFakeProvider, generic_contract
 
 S = EffectStatus
 KEY = "invoice:inv_1:collect:v1"
@@ -338,3 +341,127 @@ def test_prepare_joins_a_transaction_opened_on_an_autocommit_connection(
         with conn.transaction():
             ledger.prepare(adapter, REQUEST, intent_key=KEY, connection=conn)
         assert ledger.get(KEY).status is S.PREPARED
+
+
+class AnswerDroppingProxy:
+    """A TCP proxy to PostgreSQL; once armed, the first client message holding ``marker`` reaches the server,
+    which runs and commits it, and the server's answer is lost: the client's connection is cut instead."""
+
+    def __init__(self, host: str, port: int, marker: bytes) -> None:
+        self.target, self.marker = (host, port), marker
+        self.armed, self.dropped = False, threading.Event()
+        self.sockets: list[socket.socket] = []  # closed by close(), after the client is done with them
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                client, _ = self.listener.accept()
+                server = socket.create_connection(self.target)
+                self.sockets += [client, server]
+                cut = threading.Event()
+                threading.Thread(target=self._up, args=(client, server, cut), daemon=True).start()
+                threading.Thread(target=self._down, args=(server, client, cut), daemon=True).start()
+
+    def _up(self, client: socket.socket, server: socket.socket, cut: threading.Event) -> None:
+        with contextlib.suppress(OSError):
+            while data := client.recv(65536):
+                if self.armed and self.marker in data:
+                    self.armed = False
+                    cut.set()
+                server.sendall(data)
+
+    def _down(self, server: socket.socket, client: socket.socket, cut: threading.Event) -> None:
+        with contextlib.suppress(OSError):
+            while data := server.recv(65536):
+                if cut.is_set():  # the server answered: it committed; the answer goes nowhere
+                    client.shutdown(socket.SHUT_RDWR)
+                    self.dropped.set()
+                    return
+                client.sendall(data)
+
+    def close(self) -> None:
+        for sock in [self.listener, *self.sockets]:
+            sock.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_claim_committed_unacknowledged_is_sent_by_the_next_call_not_stranded(store_url: str, tmp_path: Path) -> None:
+    """For a provider without keys or proof-of-absence lookups, an intent left in flight (then unknown) that was
+    never sent could only be settled by an operator. The ledger knows it never sent it: the next call does."""
+    where = psycopg.conninfo.conninfo_to_dict(store_url.rpartition("?schema=")[0])
+    proxy = AnswerDroppingProxy(str(where.get("host", "127.0.0.1")), int(where.get("port", 5432)), b"INSERT INTO")
+    conninfo = psycopg.conninfo.make_conninfo(store_url.rpartition("?schema=")[0], host="127.0.0.1", port=proxy.port)
+    fake = GenericFakeProvider(tmp_path / "provider.db", dedupe=False)
+    adapter = GenericFakeAdapter(fake, contract=generic_contract(dedupe=False))
+    ledger = Ledger(PostgresStore(conninfo, schema=store_url.rpartition("?schema=")[2]), lease=LEASE, retry=FAST_RETRY)
+    try:
+        proxy.armed = True
+        with pytest.raises(LedgerUnavailable):
+            ledger.execute(adapter, REQUEST, intent_key=KEY)
+        assert proxy.dropped.is_set()
+        assert fake.requests() == []
+        assert ledger.get(KEY).status is S.IN_FLIGHT  # committed, under this ledger's lease
+
+        receipt = ledger.execute(adapter, REQUEST, intent_key=KEY)  # at once: no EffectInProgress, no unknown
+        assert receipt.record.status is S.CONFIRMED
+        assert receipt.record.attempt_count == 1
+        trail = [a.to_status for a in ledger.store.audit_trail("default", KEY)]
+        assert trail == [S.IN_FLIGHT, S.PREPARED, S.IN_FLIGHT, S.CONFIRMED]
+    finally:
+        ledger.close()
+        proxy.close()
+    assert len(fake.requests()) == 1
+
+
+class PausingStore(SQLiteStore):
+    """A SQLite store that can hold a caller just after its claim committed, before the executor moves on."""
+
+    after_insert: Callable[[], object] | None = None
+
+    def insert_if_absent(self, record: EffectRecord, **options: Any) -> tuple[EffectRecord, bool]:
+        written = super().insert_if_absent(record, **options)
+        if self.after_insert is not None:
+            self.after_insert()
+        return written
+
+
+def test_a_failed_claim_is_never_taken_over_while_another_call_of_this_ledger_may_send_it(
+    tmp_path: Path, fake: GenericFakeProvider
+) -> None:
+    """A claim that failed uncommitted is remembered; another call of the same ledger then writes the claim and
+    is about to send it. A third call must wait for that one, not take the claim over as never sent."""
+    path = tmp_path / "ledger.db"
+    store = PausingStore(path, busy_timeout=0.1)
+    store.migrate()
+    ledger = Ledger(store, retry=FAST_RETRY, lease=LEASE)
+    adapter = GenericFakeAdapter(GenericFakeProvider(tmp_path / "no-dedupe.db", dedupe=False))
+    adapter.contract = generic_contract(dedupe=False)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    with pytest.raises(LedgerUnavailable):
+        ledger.execute(adapter, REQUEST, intent_key=KEY)  # nothing committed: the file was locked
+    other.rollback()
+    other.close()
+
+    committed, go_on = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        store.after_insert = None  # only the sender's own insert
+        committed.set()
+        go_on.wait(5)
+
+    store.after_insert = hold
+    sender = threading.Thread(target=ledger.execute, args=(adapter, REQUEST), kwargs={"intent_key": KEY})
+    sender.start()
+    assert committed.wait(5)
+    threading.Timer(0.3, go_on.set).start()
+    receipt = ledger.execute(adapter, REQUEST, intent_key=KEY)  # waits for the sender
+    sender.join(5)
+    ledger.close()
+    assert receipt.from_ledger
+    assert receipt.record.status is S.CONFIRMED
+    assert len(adapter.fake.requests()) == 1

@@ -6,9 +6,12 @@ import contextlib
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Mapping
+from collections import Counter
+from collections.abc import Callable, Collection, Iterator, Mapping
+from datetime import datetime
 from functools import lru_cache
 from typing import Any, TypeVar
 
@@ -149,6 +152,11 @@ class Ledger:
         # (tenant, key, version) of in-flight records whose outcome this ledger could not write: their lease
         # is dead (nobody here is working on them), so a later call takes them over at once
         self._abandoned: set[tuple[str, str, int]] = set()
+        # (tenant, key, version) of claims of never-sent intents whose write failed here: it may have committed
+        # unacknowledged, leaving an in-flight record under this ledger's lease that nobody will ever send
+        self._unsent: set[tuple[str, str, int]] = set()
+        self._working: Counter[tuple[str, str]] = Counter()  # this ledger's calls in progress, by intent
+        self._unsent_lock = threading.Lock()
 
     @classmethod
     def open(cls, url: str = "sqlite:///safe-effects.sqlite3", **options: Any) -> Ledger:
@@ -192,13 +200,19 @@ class Ledger:
             step_id=step_id,
             compensates=compensates,
         )
+        with self._at_work(fresh.tenant, fresh.intent_key):
+            return self._execute(adapter, request, fresh)
+
+    def _execute(self, adapter: ProviderAdapter[R], request: EffectRequest, fresh: EffectRecord) -> Receipt:
         contract = adapter.contract_for(request.operation)
         if fresh.compensates is not None:
             self._claim_compensation(fresh)  # refused here: nothing written, nothing sent
-        record, created = self.store.insert_if_absent(fresh, actor=self.worker_id, reason="claim")
+        with self._claiming(fresh.tenant, fresh.intent_key, 1):
+            record, created = self.store.insert_if_absent(fresh, actor=self.worker_id, reason="claim")
         if fresh.compensates is not None:
             self._check_still_named(record, fresh, created=created)
         if created:
+            self._claimed(record)
             return self._dispatch(adapter, request, record, contract)
         return self._resume(adapter, request, record, fresh.request_digest, contract)
 
@@ -413,6 +427,10 @@ class Ledger:
                     return self._dispatch(adapter, request, self._claim(record), contract)
                 if record.status is S.UNKNOWN:
                     return self._reconcile_for_caller(adapter, request, record, contract)
+                if self._take_unsent(record):
+                    record = self._release_unsent(record)
+                    waited_for_holder = False  # nobody held it: this call sends it
+                    continue
                 if record.lease_expired(self.clock()) or self._abandoned_here(record):
                     record = self._expire_lease(record)
                     waited_for_holder = False  # the holder is lost, not finished: this call reconciles
@@ -487,6 +505,14 @@ class Ledger:
 
     def _claim(self, record: EffectRecord, *, reason: str = "claim") -> EffectRecord:
         now = self.clock()
+        never_sent = record.first_dispatched_at is None
+        claiming = self._claiming(record.tenant, record.intent_key, record.version + 1) if never_sent else None
+        with claiming or contextlib.nullcontext():
+            claimed = self._claim_write(record, now, reason)
+        self._claimed(claimed)
+        return claimed
+
+    def _claim_write(self, record: EffectRecord, now: datetime, reason: str) -> EffectRecord:
         return self.store.transition(
             record,
             S.IN_FLIGHT,
@@ -520,6 +546,65 @@ class Ledger:
         )
         self._abandoned.discard((record.tenant, record.intent_key, record.version))
         return expired
+
+    @contextlib.contextmanager
+    def _claiming(self, tenant: str, key: str, version: int) -> Iterator[None]:
+        """Around the claim of a never-sent intent: if its write fails, remember that it may have committed
+        (unacknowledged) and that this ledger never sent it (:meth:`_claimed` forgets it)."""
+        try:
+            yield
+        except LedgerUnavailable:
+            with self._unsent_lock:
+                self._unsent.add((tenant, key, version))
+            raise
+
+    def _claimed(self, record: EffectRecord) -> None:
+        """This call wrote the claim ``record`` and will send it: no failed claim of it is to be taken over."""
+        with self._unsent_lock:
+            self._unsent.discard((record.tenant, record.intent_key, record.version))
+
+    @contextlib.contextmanager
+    def _at_work(self, tenant: str, key: str) -> Iterator[None]:
+        """Count this ledger's calls on an intent: a claim is taken over as never sent only by a call with no
+        other call of this ledger on the intent, which might be about to send it."""
+        intent = (tenant, key)
+        with self._unsent_lock:
+            self._working[intent] += 1
+        try:
+            yield
+        finally:
+            with self._unsent_lock:
+                self._working[intent] -= 1
+                if not self._working[intent]:
+                    del self._working[intent]
+
+    def _take_unsent(self, record: EffectRecord) -> bool:
+        """Whether ``record`` is a claim this ledger wrote unacknowledged and never sent; taken once only."""
+        if record.status is not S.IN_FLIGHT or record.lease_owner != self.worker_id:
+            return False
+        claim = (record.tenant, record.intent_key, record.version)
+        with self._unsent_lock:
+            taken = claim in self._unsent and self._working[claim[:2]] <= 1
+            if taken:
+                self._unsent.discard(claim)
+        return taken
+
+    def _release_unsent(self, record: EffectRecord) -> EffectRecord:
+        """Back to ``prepared``: nothing was sent under this claim, so it can be claimed and sent as usual."""
+        return self.store.transition(
+            record,
+            S.PREPARED,
+            now=self.clock(),
+            actor=self.worker_id,
+            reason="claim written unacknowledged, never sent",
+            changes={
+                "lease_owner": None,
+                "lease_expires_at": None,
+                "first_dispatched_at": None,
+                "dispatched_at": None,
+                "attempt_count": record.attempt_count - 1,
+            },
+        )
 
     def _abandoned_here(self, record: EffectRecord) -> bool:
         return (
