@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -93,3 +96,78 @@ def open_ledger(store_url: str) -> Iterator[Callable[..., Ledger]]:
     yield make
     for ledger in opened:
         ledger.close()
+
+
+class DatabaseProxy:
+    """A TCP proxy in front of the test PostgreSQL, for a ledger whose database goes away under it.
+
+    ``cut()`` drops every connection and refuses new ones, as a stopped server does. ``drop_answer_to(marker)``
+    lets the next client message holding ``marker`` reach the server, which runs and commits it, and loses
+    the server's answer: the client's connection is cut instead (``dropped`` is set then).
+    """
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.sockets: list[socket.socket] = []
+        self.marker: bytes | None = None
+        self.dropped = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def conninfo(self, url: str) -> str:
+        """``url`` (without ``?schema=``) pointed at this proxy."""
+        from psycopg.conninfo import make_conninfo
+
+        return make_conninfo(url.partition("?schema=")[0], host="127.0.0.1", port=self.port)
+
+    def drop_answer_to(self, marker: bytes) -> None:
+        self.marker = marker
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                client, _ = self.server.accept()
+                upstream = socket.create_connection(self.target)
+                self.sockets += [client, upstream]
+                lose_answer = threading.Event()
+                threading.Thread(target=self._up, args=(client, upstream, lose_answer), daemon=True).start()
+                threading.Thread(target=self._down, args=(upstream, client, lose_answer), daemon=True).start()
+
+    def _up(self, client: socket.socket, upstream: socket.socket, lose_answer: threading.Event) -> None:
+        with contextlib.suppress(OSError):
+            while data := client.recv(65536):
+                if self.marker is not None and self.marker in data:
+                    self.marker = None
+                    lose_answer.set()
+                upstream.sendall(data)
+
+    def _down(self, upstream: socket.socket, client: socket.socket, lose_answer: threading.Event) -> None:
+        with contextlib.suppress(OSError):
+            while data := upstream.recv(65536):
+                if lose_answer.is_set():  # the server answered: it committed; the answer goes nowhere
+                    client.shutdown(socket.SHUT_RDWR)
+                    self.dropped.set()
+                    return
+                client.sendall(data)
+
+    def cut(self) -> None:
+        """Refuse new connections and drop the open ones (again: no-op)."""
+        with contextlib.suppress(OSError):
+            self.server.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread; close alone would not
+        self.server.close()
+        for open_socket in self.sockets:
+            with contextlib.suppress(OSError):
+                open_socket.shutdown(socket.SHUT_RDWR)
+            open_socket.close()
+
+
+@pytest.fixture
+def database_proxy(pg_url: str) -> Iterator[DatabaseProxy]:
+    """A :class:`DatabaseProxy` in front of the test PostgreSQL; cut after the test."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    named = conninfo_to_dict(pg_url)
+    proxy = DatabaseProxy(str(named.get("host", "127.0.0.1")), int(named.get("port", 5432)))
+    yield proxy
+    proxy.cut()

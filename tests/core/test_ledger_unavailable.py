@@ -6,10 +6,8 @@ short busy timeout (SQLite) or ``lock_timeout`` (PostgreSQL), or PostgreSQL term
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import socket
 import sqlite3
 import threading
 import uuid
@@ -18,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
@@ -39,6 +37,9 @@ from safe_effects import (
     SQLiteStore,
 )
 from safe_effects.testing import GenericFakeAdapter, GenericFakeProvider, generic_contract
+
+if TYPE_CHECKING:
+    from conftest import DatabaseProxy
 
 S = EffectStatus
 KEY = "invoice:inv_1:collect:v1"
@@ -343,66 +344,22 @@ def test_prepare_joins_a_transaction_opened_on_an_autocommit_connection(
         assert ledger.get(KEY).status is S.PREPARED
 
 
-class AnswerDroppingProxy:
-    """A TCP proxy to PostgreSQL; once armed, the first client message holding ``marker`` reaches the server,
-    which runs and commits it, and the server's answer is lost: the client's connection is cut instead."""
-
-    def __init__(self, host: str, port: int, marker: bytes) -> None:
-        self.target, self.marker = (host, port), marker
-        self.armed, self.dropped = False, threading.Event()
-        self.sockets: list[socket.socket] = []  # closed by close(), after the client is done with them
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                client, _ = self.listener.accept()
-                server = socket.create_connection(self.target)
-                self.sockets += [client, server]
-                cut = threading.Event()
-                threading.Thread(target=self._up, args=(client, server, cut), daemon=True).start()
-                threading.Thread(target=self._down, args=(server, client, cut), daemon=True).start()
-
-    def _up(self, client: socket.socket, server: socket.socket, cut: threading.Event) -> None:
-        with contextlib.suppress(OSError):
-            while data := client.recv(65536):
-                if self.armed and self.marker in data:
-                    self.armed = False
-                    cut.set()
-                server.sendall(data)
-
-    def _down(self, server: socket.socket, client: socket.socket, cut: threading.Event) -> None:
-        with contextlib.suppress(OSError):
-            while data := server.recv(65536):
-                if cut.is_set():  # the server answered: it committed; the answer goes nowhere
-                    client.shutdown(socket.SHUT_RDWR)
-                    self.dropped.set()
-                    return
-                client.sendall(data)
-
-    def close(self) -> None:
-        for sock in [self.listener, *self.sockets]:
-            sock.close()
-
-
 @pytest.mark.postgres
 @pytest.mark.parametrize("backend", ["postgres"])
-def test_a_claim_committed_unacknowledged_is_sent_by_the_next_call_not_stranded(store_url: str, tmp_path: Path) -> None:
+def test_a_claim_committed_unacknowledged_is_sent_by_the_next_call_not_stranded(
+    store_url: str, tmp_path: Path, database_proxy: DatabaseProxy
+) -> None:
     """For a provider without keys or proof-of-absence lookups, an intent left in flight (then unknown) that was
     never sent could only be settled by an operator. The ledger knows it never sent it: the next call does."""
-    where = psycopg.conninfo.conninfo_to_dict(store_url.rpartition("?schema=")[0])
-    proxy = AnswerDroppingProxy(str(where.get("host", "127.0.0.1")), int(where.get("port", 5432)), b"INSERT INTO")
-    conninfo = psycopg.conninfo.make_conninfo(store_url.rpartition("?schema=")[0], host="127.0.0.1", port=proxy.port)
     fake = GenericFakeProvider(tmp_path / "provider.db", dedupe=False)
     adapter = GenericFakeAdapter(fake, contract=generic_contract(dedupe=False))
-    ledger = Ledger(PostgresStore(conninfo, schema=store_url.rpartition("?schema=")[2]), lease=LEASE, retry=FAST_RETRY)
+    schema = store_url.rpartition("?schema=")[2]
+    ledger = Ledger(PostgresStore(database_proxy.conninfo(store_url), schema=schema), lease=LEASE, retry=FAST_RETRY)
     try:
-        proxy.armed = True
+        database_proxy.drop_answer_to(b"INSERT INTO")
         with pytest.raises(LedgerUnavailable):
             ledger.execute(adapter, REQUEST, intent_key=KEY)
-        assert proxy.dropped.is_set()
+        assert database_proxy.dropped.is_set()
         assert fake.requests() == []
         assert ledger.get(KEY).status is S.IN_FLIGHT  # committed, under this ledger's lease
 
@@ -413,7 +370,6 @@ def test_a_claim_committed_unacknowledged_is_sent_by_the_next_call_not_stranded(
         assert trail == [S.IN_FLIGHT, S.PREPARED, S.IN_FLIGHT, S.CONFIRMED]
     finally:
         ledger.close()
-        proxy.close()
     assert len(fake.requests()) == 1
 
 

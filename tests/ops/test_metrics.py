@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 import socket
@@ -19,7 +18,6 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from safe_effects import (
     EffectRequest,
@@ -34,7 +32,7 @@ from safe_effects import (
 )
 
 if TYPE_CHECKING:
-    from conftest import Ops
+    from conftest import DatabaseProxy, Ops
 
 
 def samples(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
@@ -116,47 +114,12 @@ def test_a_store_that_does_not_answer_shows_as_down_within_the_timeout(ops: Ops)
     assert samples(text, "safe_effects_effects") == expected(ops)
 
 
-class Proxy:
-    """A TCP proxy to PostgreSQL that can be cut, taking the database away from a running process."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.target = (host, port)
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.port = self.server.getsockname()[1]
-        self.sockets: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                client, _ = self.server.accept()
-                upstream = socket.create_connection(self.target)
-                self.sockets += [client, upstream]
-                for a, b in ((client, upstream), (upstream, client)):
-                    threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(source: socket.socket, sink: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while data := source.recv(65536):
-                sink.sendall(data)
-
-    def cut(self) -> None:
-        """Refuse new connections and drop the open ones, as a stopped server does (again: no-op)."""
-        with contextlib.suppress(OSError):
-            self.server.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread; close alone would not
-        self.server.close()
-        for open_socket in self.sockets:
-            with contextlib.suppress(OSError):
-                open_socket.shutdown(socket.SHUT_RDWR)
-            open_socket.close()
-
-
 @pytest.mark.postgres
-def test_postgres_going_away_shows_as_down_at_every_scrape_within_seconds(pg_url: str) -> None:
-    named = conninfo_to_dict(pg_url)
-    proxy = Proxy(str(named.get("host", "127.0.0.1")), int(named.get("port", 5432)))
-    through_proxy = make_conninfo(pg_url, host="127.0.0.1", port=proxy.port)
+def test_postgres_going_away_shows_as_down_at_every_scrape_within_seconds(
+    pg_url: str, database_proxy: DatabaseProxy
+) -> None:
+    proxy = database_proxy
+    through_proxy = proxy.conninfo(pg_url)
     schema = f"se_test_{uuid.uuid4().hex[:12]}"
     store = PostgresStore(through_proxy, schema=schema)  # checkouts wait up to the pool's default 30 s
     impatient = PostgresStore(through_proxy, schema=schema, timeout=1)

@@ -428,7 +428,7 @@ class Ledger:
                 if record.status is S.UNKNOWN:
                     return self._reconcile_for_caller(adapter, request, record, contract)
                 if self._take_unsent(record):
-                    record = self._release_unsent(record)
+                    record = self._unclaim(record, "claim written unacknowledged, never sent")
                     waited_for_holder = False  # nobody held it: this call sends it
                     continue
                 if record.lease_expired(self.clock()) or self._abandoned_here(record):
@@ -589,20 +589,20 @@ class Ledger:
                 self._unsent.discard(claim)
         return taken
 
-    def _release_unsent(self, record: EffectRecord) -> EffectRecord:
-        """Back to ``prepared``: nothing was sent under this claim, so it can be claimed and sent as usual."""
+    def _unclaim(self, record: EffectRecord, reason: str) -> EffectRecord:
+        """A claim under which nothing was sent, back to ``prepared``: claimed and sent as usual later."""
         return self.store.transition(
             record,
             S.PREPARED,
             now=self.clock(),
             actor=self.worker_id,
-            reason="claim written unacknowledged, never sent",
+            reason=reason,
             changes={
                 "lease_owner": None,
                 "lease_expires_at": None,
+                "attempt_count": record.attempt_count - 1,
                 "first_dispatched_at": None,
                 "dispatched_at": None,
-                "attempt_count": record.attempt_count - 1,
             },
         )
 
@@ -959,20 +959,7 @@ class Ledger:
         if record.compensates == fresh.compensates and original.compensated_by == fresh.intent_key:
             return
         if created:
-            self.store.transition(
-                record,
-                S.PREPARED,
-                now=self.clock(),
-                actor=self.worker_id,
-                reason="compensation refused before sending",
-                changes={
-                    "lease_owner": None,
-                    "lease_expires_at": None,
-                    "attempt_count": 0,
-                    "first_dispatched_at": None,
-                    "dispatched_at": None,
-                },
-            )
+            self._unclaim(record, "compensation refused before sending")
         if record.compensates != fresh.compensates:
             if original.status is S.CONFIRMED and original.compensated_by == fresh.intent_key:
                 with contextlib.suppress(StaleRecord):  # moved on meanwhile: then it is not ours to clear
