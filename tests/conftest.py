@@ -146,8 +146,8 @@ class DatabaseProxy:
         with contextlib.suppress(OSError):
             while data := upstream.recv(65536):
                 if lose_answer.is_set():  # the server answered: it committed; the answer goes nowhere
+                    self.dropped.set()  # first: the client may look as soon as its connection breaks
                     client.shutdown(socket.SHUT_RDWR)
-                    self.dropped.set()
                     return
                 client.sendall(data)
 

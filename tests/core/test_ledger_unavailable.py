@@ -36,7 +36,7 @@ from safe_effects import (
     RetryPolicy,
     SQLiteStore,
 )
-from safe_effects.testing import GenericFakeAdapter, GenericFakeProvider, generic_contract
+from safe_effects.testing import FakeClock, GenericFakeAdapter, GenericFakeProvider, generic_contract
 
 if TYPE_CHECKING:
     from conftest import DatabaseProxy
@@ -389,11 +389,12 @@ def test_a_failed_claim_is_never_taken_over_while_another_call_of_this_ledger_ma
     tmp_path: Path, fake: GenericFakeProvider
 ) -> None:
     """A claim that failed uncommitted is remembered; another call of the same ledger then writes the claim and
-    is about to send it. A third call must wait for that one, not take the claim over as never sent."""
+    is about to send it. A third call must wait for that one, not take the claim over as never sent. The clock
+    stands still, so the two claims look alike to the record: only counting the calls on the intent tells."""
     path = tmp_path / "ledger.db"
     store = PausingStore(path, busy_timeout=0.1)
     store.migrate()
-    ledger = Ledger(store, retry=FAST_RETRY, lease=LEASE)
+    ledger = Ledger(store, retry=FAST_RETRY, lease=LEASE, clock=FakeClock())
     adapter = GenericFakeAdapter(GenericFakeProvider(tmp_path / "no-dedupe.db", dedupe=False))
     adapter.contract = generic_contract(dedupe=False)
     other = sqlite3.connect(path, isolation_level=None)

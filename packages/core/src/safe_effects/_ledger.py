@@ -6,12 +6,9 @@ import contextlib
 import logging
 import os
 import socket
-import threading
 import time
 import uuid
-from collections import Counter
-from collections.abc import Callable, Collection, Iterator, Mapping
-from datetime import datetime
+from collections.abc import Callable, Collection, Mapping
 from functools import lru_cache
 from typing import Any, TypeVar
 
@@ -55,6 +52,7 @@ from ._states import EffectStatus
 from ._store import Store
 from ._tenants import DEFAULT_TENANT, check_tenant
 from ._text import storable_text
+from ._unsent import UnsentClaims
 
 R = TypeVar("R")
 S = EffectStatus
@@ -152,11 +150,7 @@ class Ledger:
         # (tenant, key, version) of in-flight records whose outcome this ledger could not write: their lease
         # is dead (nobody here is working on them), so a later call takes them over at once
         self._abandoned: set[tuple[str, str, int]] = set()
-        # (tenant, key, version) of claims of never-sent intents whose write failed here: it may have committed
-        # unacknowledged, leaving an in-flight record under this ledger's lease that nobody will ever send
-        self._unsent: set[tuple[str, str, int]] = set()
-        self._working: Counter[tuple[str, str]] = Counter()  # this ledger's calls in progress, by intent
-        self._unsent_lock = threading.Lock()
+        self._unsent = UnsentClaims()  # claims whose write failed here, never sent: this ledger may send them
 
     @classmethod
     def open(cls, url: str = "sqlite:///safe-effects.sqlite3", **options: Any) -> Ledger:
@@ -200,19 +194,22 @@ class Ledger:
             step_id=step_id,
             compensates=compensates,
         )
-        with self._at_work(fresh.tenant, fresh.intent_key):
+        with self._unsent.working(fresh.tenant, fresh.intent_key):
             return self._execute(adapter, request, fresh)
 
     def _execute(self, adapter: ProviderAdapter[R], request: EffectRequest, fresh: EffectRecord) -> Receipt:
         contract = adapter.contract_for(request.operation)
         if fresh.compensates is not None:
             self._claim_compensation(fresh)  # refused here: nothing written, nothing sent
-        with self._claiming(fresh.tenant, fresh.intent_key, 1):
+        try:
             record, created = self.store.insert_if_absent(fresh, actor=self.worker_id, reason="claim")
+        except LedgerUnavailable:
+            self._unsent.failed(fresh)
+            raise
         if fresh.compensates is not None:
             self._check_still_named(record, fresh, created=created)
         if created:
-            self._claimed(record)
+            self._unsent.written(record)
             return self._dispatch(adapter, request, record, contract)
         return self._resume(adapter, request, record, fresh.request_digest, contract)
 
@@ -427,7 +424,7 @@ class Ledger:
                     return self._dispatch(adapter, request, self._claim(record), contract)
                 if record.status is S.UNKNOWN:
                     return self._reconcile_for_caller(adapter, request, record, contract)
-                if self._take_unsent(record):
+                if not self._abandoned_here(record) and self._unsent.take(record, self.worker_id):
                     record = self._unclaim(record, "claim written unacknowledged, never sent")
                     waited_for_holder = False  # nobody held it: this call sends it
                     continue
@@ -505,28 +502,23 @@ class Ledger:
 
     def _claim(self, record: EffectRecord, *, reason: str = "claim") -> EffectRecord:
         now = self.clock()
-        never_sent = record.first_dispatched_at is None
-        claiming = self._claiming(record.tenant, record.intent_key, record.version + 1) if never_sent else None
-        with claiming or contextlib.nullcontext():
-            claimed = self._claim_write(record, now, reason)
-        self._claimed(claimed)
+        changes = {
+            "lease_owner": self.worker_id,
+            "lease_expires_at": now + self.lease.duration,
+            "attempt_count": record.attempt_count + 1,
+            "first_dispatched_at": record.first_dispatched_at or now,
+            "dispatched_at": now,
+        }
+        try:
+            claimed = self.store.transition(
+                record, S.IN_FLIGHT, now=now, actor=self.worker_id, reason=reason, changes=changes
+            )
+        except LedgerUnavailable:
+            if record.first_dispatched_at is None:  # never sent: this claim may be taken over by a later call
+                self._unsent.failed(record.model_copy(update={"version": record.version + 1, **changes}))
+            raise
+        self._unsent.written(claimed)
         return claimed
-
-    def _claim_write(self, record: EffectRecord, now: datetime, reason: str) -> EffectRecord:
-        return self.store.transition(
-            record,
-            S.IN_FLIGHT,
-            now=now,
-            actor=self.worker_id,
-            reason=reason,
-            changes={
-                "lease_owner": self.worker_id,
-                "lease_expires_at": now + self.lease.duration,
-                "attempt_count": record.attempt_count + 1,
-                "first_dispatched_at": record.first_dispatched_at or now,
-                "dispatched_at": now,
-            },
-        )
 
     def _expire_lease(self, record: EffectRecord) -> EffectRecord:
         """An in-flight record whose lease ran out lost its worker: its outcome is unknown. So is one whose
@@ -546,48 +538,6 @@ class Ledger:
         )
         self._abandoned.discard((record.tenant, record.intent_key, record.version))
         return expired
-
-    @contextlib.contextmanager
-    def _claiming(self, tenant: str, key: str, version: int) -> Iterator[None]:
-        """Around the claim of a never-sent intent: if its write fails, remember that it may have committed
-        (unacknowledged) and that this ledger never sent it (:meth:`_claimed` forgets it)."""
-        try:
-            yield
-        except LedgerUnavailable:
-            with self._unsent_lock:
-                self._unsent.add((tenant, key, version))
-            raise
-
-    def _claimed(self, record: EffectRecord) -> None:
-        """This call wrote the claim ``record`` and will send it: no failed claim of it is to be taken over."""
-        with self._unsent_lock:
-            self._unsent.discard((record.tenant, record.intent_key, record.version))
-
-    @contextlib.contextmanager
-    def _at_work(self, tenant: str, key: str) -> Iterator[None]:
-        """Count this ledger's calls on an intent: a claim is taken over as never sent only by a call with no
-        other call of this ledger on the intent, which might be about to send it."""
-        intent = (tenant, key)
-        with self._unsent_lock:
-            self._working[intent] += 1
-        try:
-            yield
-        finally:
-            with self._unsent_lock:
-                self._working[intent] -= 1
-                if not self._working[intent]:
-                    del self._working[intent]
-
-    def _take_unsent(self, record: EffectRecord) -> bool:
-        """Whether ``record`` is a claim this ledger wrote unacknowledged and never sent; taken once only."""
-        if record.status is not S.IN_FLIGHT or record.lease_owner != self.worker_id:
-            return False
-        claim = (record.tenant, record.intent_key, record.version)
-        with self._unsent_lock:
-            taken = claim in self._unsent and self._working[claim[:2]] <= 1
-            if taken:
-                self._unsent.discard(claim)
-        return taken
 
     def _unclaim(self, record: EffectRecord, reason: str) -> EffectRecord:
         """A claim under which nothing was sent, back to ``prepared``: claimed and sent as usual later."""
