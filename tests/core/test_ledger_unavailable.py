@@ -21,8 +21,10 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 from safe_effects import (
+    EffectInProgress,
     EffectRecord,
     EffectRequest,
     EffectStatus,
@@ -37,6 +39,9 @@ from safe_effects import (
     SQLiteStore,
 )
 from safe_effects.testing import FakeClock, GenericFakeAdapter, GenericFakeProvider, generic_contract
+
+if TYPE_CHECKING:
+    pass
 
 if TYPE_CHECKING:
     from conftest import DatabaseProxy
@@ -344,33 +349,53 @@ def test_prepare_joins_a_transaction_opened_on_an_autocommit_connection(
         assert ledger.get(KEY).status is S.PREPARED
 
 
+# -- a claim whose write failed but may have committed (_unsent.UnsentClaims) --------------------------------
+
+
+@pytest.fixture
+def keyless(tmp_path: Path) -> HookedAdapter:
+    """A provider without idempotency keys whose lookups prove nothing: only the ledger can know it never sent."""
+    return HookedAdapter(GenericFakeProvider(tmp_path / "keyless.db", dedupe=False), generic_contract(dedupe=False))
+
+
+@pytest.fixture
+def proxied(store_url: str, database_proxy: DatabaseProxy) -> Iterator[Ledger]:
+    """A ledger on ``store_url``'s schema through the proxy, whose writes give up on a held lock after 0.1 s."""
+    conninfo = make_conninfo(database_proxy.conninfo(store_url), options="-c lock_timeout=100")
+    ledger = Ledger(PostgresStore(conninfo, schema=store_url.rpartition("?schema=")[2]), lease=LEASE, retry=FAST_RETRY)
+    yield ledger
+    ledger.close()
+
+
+def _schema(store_url: str) -> sql.Identifier:
+    return sql.Identifier(store_url.rpartition("?schema=")[2])
+
+
+def _claim_whose_answer_is_lost(ledger: Ledger, proxy: DatabaseProxy, adapter: GenericFakeAdapter) -> None:
+    """The claim's INSERT commits; its answer never comes back: the caller gets LedgerUnavailable."""
+    proxy.drop_answer_to(b"INSERT INTO")
+    with pytest.raises(LedgerUnavailable):
+        ledger.execute(adapter, REQUEST, intent_key=KEY)
+
+
 @pytest.mark.postgres
 @pytest.mark.parametrize("backend", ["postgres"])
 def test_a_claim_committed_unacknowledged_is_sent_by_the_next_call_not_stranded(
-    store_url: str, tmp_path: Path, database_proxy: DatabaseProxy
+    proxied: Ledger, database_proxy: DatabaseProxy, keyless: HookedAdapter
 ) -> None:
     """For a provider without keys or proof-of-absence lookups, an intent left in flight (then unknown) that was
     never sent could only be settled by an operator. The ledger knows it never sent it: the next call does."""
-    fake = GenericFakeProvider(tmp_path / "provider.db", dedupe=False)
-    adapter = GenericFakeAdapter(fake, contract=generic_contract(dedupe=False))
-    schema = store_url.rpartition("?schema=")[2]
-    ledger = Ledger(PostgresStore(database_proxy.conninfo(store_url), schema=schema), lease=LEASE, retry=FAST_RETRY)
-    try:
-        database_proxy.drop_answer_to(b"INSERT INTO")
-        with pytest.raises(LedgerUnavailable):
-            ledger.execute(adapter, REQUEST, intent_key=KEY)
-        assert database_proxy.dropped.is_set()
-        assert fake.requests() == []
-        assert ledger.get(KEY).status is S.IN_FLIGHT  # committed, under this ledger's lease
+    _claim_whose_answer_is_lost(proxied, database_proxy, keyless)
+    assert database_proxy.dropped.is_set()
+    assert keyless.fake.requests() == []
+    assert proxied.get(KEY).status is S.IN_FLIGHT  # committed, under this ledger's lease
 
-        receipt = ledger.execute(adapter, REQUEST, intent_key=KEY)  # at once: no EffectInProgress, no unknown
-        assert receipt.record.status is S.CONFIRMED
-        assert receipt.record.attempt_count == 1
-        trail = [a.to_status for a in ledger.store.audit_trail("default", KEY)]
-        assert trail == [S.IN_FLIGHT, S.PREPARED, S.IN_FLIGHT, S.CONFIRMED]
-    finally:
-        ledger.close()
-    assert len(fake.requests()) == 1
+    receipt = proxied.execute(keyless, REQUEST, intent_key=KEY)  # at once: no EffectInProgress, no unknown
+    assert receipt.record.status is S.CONFIRMED
+    assert receipt.record.attempt_count == 1
+    trail = [a.to_status for a in proxied.store.audit_trail("default", KEY)]
+    assert trail == [S.IN_FLIGHT, S.PREPARED, S.IN_FLIGHT, S.CONFIRMED]
+    assert len(keyless.fake.requests()) == 1
 
 
 class PausingStore(SQLiteStore):
@@ -386,21 +411,19 @@ class PausingStore(SQLiteStore):
 
 
 def test_a_failed_claim_is_never_taken_over_while_another_call_of_this_ledger_may_send_it(
-    tmp_path: Path, fake: GenericFakeProvider
+    tmp_path: Path, keyless: HookedAdapter
 ) -> None:
     """A claim that failed uncommitted is remembered; another call of the same ledger then writes the claim and
     is about to send it. A third call must wait for that one, not take the claim over as never sent. The clock
-    stands still, so the two claims look alike to the record: only counting the calls on the intent tells."""
+    stands still, so the two claims carry the same times: only the claim's tag tells them apart."""
     path = tmp_path / "ledger.db"
     store = PausingStore(path, busy_timeout=0.1)
     store.migrate()
     ledger = Ledger(store, retry=FAST_RETRY, lease=LEASE, clock=FakeClock())
-    adapter = GenericFakeAdapter(GenericFakeProvider(tmp_path / "no-dedupe.db", dedupe=False))
-    adapter.contract = generic_contract(dedupe=False)
     other = sqlite3.connect(path, isolation_level=None)
     other.execute("BEGIN IMMEDIATE")
     with pytest.raises(LedgerUnavailable):
-        ledger.execute(adapter, REQUEST, intent_key=KEY)  # nothing committed: the file was locked
+        ledger.execute(keyless, REQUEST, intent_key=KEY)  # nothing committed: the file was locked
     other.rollback()
     other.close()
 
@@ -412,13 +435,139 @@ def test_a_failed_claim_is_never_taken_over_while_another_call_of_this_ledger_ma
         go_on.wait(5)
 
     store.after_insert = hold
-    sender = threading.Thread(target=ledger.execute, args=(adapter, REQUEST), kwargs={"intent_key": KEY})
+    sender = threading.Thread(target=ledger.execute, args=(keyless, REQUEST), kwargs={"intent_key": KEY})
     sender.start()
     assert committed.wait(5)
     threading.Timer(0.3, go_on.set).start()
-    receipt = ledger.execute(adapter, REQUEST, intent_key=KEY)  # waits for the sender
+    receipt = ledger.execute(keyless, REQUEST, intent_key=KEY)  # waits for the sender
     sender.join(5)
     ledger.close()
     assert receipt.from_ledger
     assert receipt.record.status is S.CONFIRMED
-    assert len(adapter.fake.requests()) == 1
+    assert len(keyless.fake.requests()) == 1
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+@pytest.mark.parametrize(
+    "hold",
+    [
+        # the caller retries while the database still does not answer: its INSERT fails too, and that
+        # failure is remembered next to the first one, which committed
+        pytest.param("LOCK TABLE {}.effect_intents IN ACCESS EXCLUSIVE MODE", id="retry-fails-too"),
+        # the retry takes the claim over, but putting it back to prepared times out on the row lock
+        pytest.param("SELECT 1 FROM {}.effect_intents FOR UPDATE", id="take-over-fails"),
+    ],
+)
+def test_a_remembered_claim_survives_another_failure_until_a_call_sends_it(
+    store_url: str, pg_url: str, proxied: Ledger, database_proxy: DatabaseProxy, keyless: HookedAdapter, hold: str
+) -> None:
+    _claim_whose_answer_is_lost(proxied, database_proxy, keyless)
+    with psycopg.connect(pg_url) as other:
+        other.execute(sql.SQL(hold).format(_schema(store_url)))
+        with pytest.raises(LedgerUnavailable):
+            proxied.execute(keyless, REQUEST, intent_key=KEY)
+    assert proxied.get(KEY).status is S.IN_FLIGHT  # nothing was written, nothing sent
+    assert proxied.execute(keyless, REQUEST, intent_key=KEY).record.status is S.CONFIRMED
+    assert len(keyless.fake.requests()) == 1
+
+
+def test_two_ledgers_with_one_worker_id_never_take_each_others_sent_claim(
+    tmp_path: Path, keyless: HookedAdapter
+) -> None:
+    """L1's claim fails uncommitted; L2, same worker id and a clock that stands still, claims the intent at the
+    same instant, sends it and cannot record the answer. L1 must not take that claim for its own."""
+    path, clock = tmp_path / "ledger.db", FakeClock()
+    first, second = SQLiteStore(path, busy_timeout=0.1), SQLiteStore(path, busy_timeout=0.1)
+    first.migrate()
+    l1 = Ledger(first, worker_id="w", clock=clock, lease=LEASE, retry=FAST_RETRY)
+    l2 = Ledger(second, worker_id="w", clock=clock, lease=LEASE, retry=FAST_RETRY)
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        with pytest.raises(LedgerUnavailable):
+            l1.execute(keyless, REQUEST, intent_key=KEY)
+        other.rollback()
+        keyless.after_send.append(lambda: other.execute("BEGIN IMMEDIATE"))
+        with pytest.raises(EffectUnknown):
+            l2.execute(keyless, REQUEST, intent_key=KEY)
+        other.rollback()
+        with pytest.raises(EffectInProgress):  # L2's lease holds; it is reconciled once it runs out
+            l1.execute(keyless, REQUEST, intent_key=KEY)
+    finally:
+        other.close()
+        l1.close()
+        l2.close()
+    assert len(keyless.fake.requests()) == 1
+
+
+def test_failed_claims_are_forgotten_once_their_intents_move_on(tmp_path: Path, keyless: HookedAdapter) -> None:
+    """Two hundred claims fail during an outage; other workers settle them; this ledger's next calls on them
+    leave nothing remembered. Claims older than the lease are dropped as new ones fail."""
+    path = tmp_path / "ledger.db"
+    store = SQLiteStore(path, busy_timeout=0.01)
+    store.migrate()
+    clock = FakeClock()
+    ledger = Ledger(store, lease=LEASE, retry=FAST_RETRY, clock=clock)
+    remembered = ledger._unsent  # how much this ledger holds is the point
+    keys = [f"invoice:inv_{i}:collect:v1" for i in range(200)]
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    for key in keys:
+        with pytest.raises(LedgerUnavailable):
+            ledger.execute(keyless, REQUEST, intent_key=key)
+    assert len(remembered) == 200
+    clock.advance(LEASE.duration * 2)
+    with pytest.raises(LedgerUnavailable):
+        ledger.execute(keyless, REQUEST, intent_key="invoice:late:collect:v1")
+    assert len(remembered) == 1  # only the newest: the others are older than the lease
+    other.rollback()
+    other.close()
+    with Ledger(SQLiteStore(path), lease=LEASE, retry=FAST_RETRY) as elsewhere:
+        elsewhere.execute(keyless, REQUEST, intent_key="invoice:late:collect:v1")
+    ledger.execute(keyless, REQUEST, intent_key="invoice:late:collect:v1")  # answered from the ledger
+    ledger.close()
+    assert len(remembered) == 0
+
+
+class LockingStore(PostgresStore):
+    """A PostgreSQL store that runs ``after_insert`` once, just after an insert committed."""
+
+    after_insert: Callable[[], object] | None = None
+
+    def insert_if_absent(self, record: EffectRecord, **options: Any) -> tuple[EffectRecord, bool]:
+        written = super().insert_if_absent(record, **options)
+        if self.after_insert is not None:
+            hook, self.after_insert = self.after_insert, None
+            hook()
+        return written
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_compensation_claimed_but_not_checked_is_sent_by_the_next_call(
+    store_url: str, pg_url: str, keyless: HookedAdapter
+) -> None:
+    """The compensating claim commits; reading the original then fails. Nothing was sent: the next call sends
+    the refund, once (the original still names it, so no other key could)."""
+    conninfo = make_conninfo(store_url.rpartition("?schema=")[0], options="-c lock_timeout=100")
+    store = LockingStore(conninfo, schema=store_url.rpartition("?schema=")[2])
+    ledger = Ledger(store, lease=LEASE, retry=FAST_RETRY)
+    refund, original = EffectRequest(operation="refund", params={"amount": 4200}), "invoice:inv_9:collect:v1"
+    with psycopg.connect(pg_url) as other:
+        try:
+            ledger.execute(keyless, REQUEST, intent_key=original)
+            lock = sql.SQL("LOCK TABLE {}.effect_intents IN ACCESS EXCLUSIVE MODE").format(_schema(store_url))
+            store.after_insert = lambda: other.execute(lock)
+            with pytest.raises(LedgerUnavailable):
+                ledger.compensate(keyless, refund, original_key=original, compensating_key="invoice:inv_9:refund:v1")
+            other.rollback()
+            assert len(keyless.fake.requests()) == 1  # the charge only
+            receipt = ledger.compensate(
+                keyless, refund, original_key=original, compensating_key="invoice:inv_9:refund:v1"
+            )
+            assert receipt.record.status is S.CONFIRMED
+            assert ledger.get(original).status is S.COMPENSATED
+        finally:
+            ledger.close()
+    assert len(keyless.fake.requests()) == 2

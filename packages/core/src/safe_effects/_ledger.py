@@ -150,7 +150,7 @@ class Ledger:
         # (tenant, key, version) of in-flight records whose outcome this ledger could not write: their lease
         # is dead (nobody here is working on them), so a later call takes them over at once
         self._abandoned: set[tuple[str, str, int]] = set()
-        self._unsent = UnsentClaims()  # claims whose write failed here, never sent: this ledger may send them
+        self._unsent = UnsentClaims(keep_for=lease.duration)  # claims whose write failed here, never sent
 
     @classmethod
     def open(cls, url: str = "sqlite:///safe-effects.sqlite3", **options: Any) -> Ledger:
@@ -194,22 +194,23 @@ class Ledger:
             step_id=step_id,
             compensates=compensates,
         )
-        with self._unsent.working(fresh.tenant, fresh.intent_key):
-            return self._execute(adapter, request, fresh)
-
-    def _execute(self, adapter: ProviderAdapter[R], request: EffectRequest, fresh: EffectRecord) -> Receipt:
         contract = adapter.contract_for(request.operation)
         if fresh.compensates is not None:
             self._claim_compensation(fresh)  # refused here: nothing written, nothing sent
+        tag = self._unsent.tag()
         try:
-            record, created = self.store.insert_if_absent(fresh, actor=self.worker_id, reason="claim")
+            record, created = self.store.insert_if_absent(fresh, actor=self.worker_id, reason=f"claim #{tag}")
         except LedgerUnavailable:
-            self._unsent.failed(fresh)
+            self._unsent.failed(fresh, tag, fresh.created_at)
             raise
         if fresh.compensates is not None:
-            self._check_still_named(record, fresh, created=created)
+            try:
+                self._check_still_named(record, fresh, created=created)
+            except LedgerUnavailable:
+                if created:  # written, never sent, maybe not put back: like a claim whose answer was lost
+                    self._unsent.failed(record, tag, fresh.created_at)
+                raise
         if created:
-            self._unsent.written(record)
             return self._dispatch(adapter, request, record, contract)
         return self._resume(adapter, request, record, fresh.request_digest, contract)
 
@@ -406,6 +407,8 @@ class Ledger:
     ) -> Receipt:
         """Answer a call whose intent is already recorded, without ever dispatching twice."""
         self._check_digest(record, digest)
+        self._unsent.prune(record, self.worker_id)
+        tenant, key = record.tenant, record.intent_key
         deadline = time.monotonic() + self.lease.wait_for_other.total_seconds()
         contended = False  # observed once per call
         waited_for_holder = False  # a live worker held the intent while this call waited
@@ -424,8 +427,9 @@ class Ledger:
                     return self._dispatch(adapter, request, self._claim(record), contract)
                 if record.status is S.UNKNOWN:
                     return self._reconcile_for_caller(adapter, request, record, contract)
-                if not self._abandoned_here(record) and self._unsent.take(record, self.worker_id):
-                    record = self._unclaim(record, "claim written unacknowledged, never sent")
+                if self._unsent.takes(record, self.worker_id, lambda: self.store.audit_trail(tenant, key)):
+                    unsent, record = record, self._unclaim(record, "claim written unacknowledged, never sent")
+                    self._unsent.forget(unsent)  # only now: a failed unclaim leaves it for the next call
                     waited_for_holder = False  # nobody held it: this call sends it
                     continue
                 if record.lease_expired(self.clock()) or self._abandoned_here(record):
@@ -501,7 +505,7 @@ class Ledger:
         return [e for e in self.store.evidence_for(record.tenant, record.intent_key) if e.provider == record.provider]
 
     def _claim(self, record: EffectRecord, *, reason: str = "claim") -> EffectRecord:
-        now = self.clock()
+        now, tag = self.clock(), self._unsent.tag()
         changes = {
             "lease_owner": self.worker_id,
             "lease_expires_at": now + self.lease.duration,
@@ -510,15 +514,13 @@ class Ledger:
             "dispatched_at": now,
         }
         try:
-            claimed = self.store.transition(
-                record, S.IN_FLIGHT, now=now, actor=self.worker_id, reason=reason, changes=changes
+            return self.store.transition(
+                record, S.IN_FLIGHT, now=now, actor=self.worker_id, reason=f"{reason} #{tag}", changes=changes
             )
         except LedgerUnavailable:
-            if record.first_dispatched_at is None:  # never sent: this claim may be taken over by a later call
-                self._unsent.failed(record.model_copy(update={"version": record.version + 1, **changes}))
+            if record.first_dispatched_at is None:  # never sent: a later call may take this claim over
+                self._unsent.failed(record.model_copy(update={"version": record.version + 1}), tag, now)
             raise
-        self._unsent.written(claimed)
-        return claimed
 
     def _expire_lease(self, record: EffectRecord) -> EffectRecord:
         """An in-flight record whose lease ran out lost its worker: its outcome is unknown. So is one whose

@@ -1,81 +1,77 @@
 """Claims a ledger wrote without an acknowledgement and never sent, so its next call can send them.
 
 A claim's write can commit while its answer is lost (a connection cut after the commit): the caller gets
-``LedgerUnavailable`` (nothing sent), yet an in-flight record under this ledger's lease now exists. Other
-processes must wait for the lease to run out and then reconcile, as for a lost worker; this process knows
-better, because only it could have sent under its own lease. :class:`UnsentClaims` remembers such claims.
-
-A remembered claim is handed over only when nothing in this process can have sent it: the record is exactly
-the claim that failed (version and dispatch time), no other call of this ledger is on the intent (it may have
-written the claim itself, at the same instant on a clock that stands still, and be about to send it), a claim
-this ledger did write is forgotten before it is sent, and the executor asks only about a record whose
-outcome it has not itself failed to write (that one was sent).
+``LedgerUnavailable`` (nothing sent), yet an in-flight record under the worker's lease now exists. Other
+workers must wait for the lease to run out and then reconcile, as for a lost worker; this ledger knows
+better. Every claim it writes carries a tag of its own in the claim's audit reason (``claim #<tag>``); when
+the write fails, :class:`UnsentClaims` remembers the tag, and a later call that finds the in-flight record
+at that version, whose claim row carries one of those tags, knows that this very attempt wrote it and never
+sent it. The tag, not the lease owner or the time, is the proof: two ledgers may share a worker id and a
+clock that stands still, but never a tag.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
-from collections import Counter
-from datetime import datetime
-from types import TracebackType
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
 
-from ._records import EffectRecord
+from ._records import AuditEntry, EffectRecord
 from ._states import EffectStatus
 
-Intent = tuple[str, str]  # (tenant, intent key)
+Claim = tuple[str, str, int]  # (tenant, intent key, version)
 
 
 class UnsentClaims:
-    """This ledger's failed claims of never-sent intents, and its calls in progress by intent."""
+    """One ledger's failed claims of never-sent intents, by the tag each claim's audit row carries."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, keep_for: timedelta) -> None:
+        self._keep_for = keep_for  # past the lease, other workers reconcile the claim anyway
         self._lock = threading.Lock()
-        self._failed: dict[tuple[str, str, int], datetime] = {}  # (tenant, key, version) -> its dispatched_at
-        self._working: Counter[Intent] = Counter()
+        self._prefix = uuid.uuid4().hex[:8]
+        self._serial = itertools.count()
+        self._failed: dict[Claim, dict[str, datetime]] = {}  # claim -> {tag: when it failed}
 
-    def working(self, tenant: str, key: str) -> _Working:
-        """Around one call on an intent (``with claims.working(tenant, key):``)."""
-        return _Working(self, (tenant, key))
+    def __len__(self) -> int:
+        """How many failed claims are remembered (each is dropped once moved past or older than the lease)."""
+        with self._lock:
+            return len(self._failed)
 
-    def failed(self, claim: EffectRecord) -> None:
-        """The write of ``claim`` raised: it may have committed."""
-        if claim.dispatched_at is not None:
-            with self._lock:
-                self._failed[(claim.tenant, claim.intent_key, claim.version)] = claim.dispatched_at
+    def tag(self) -> str:
+        """A tag no other claim anywhere carries: this ledger's random prefix and a serial."""
+        return f"{self._prefix}.{next(self._serial)}"
 
-    def written(self, claim: EffectRecord) -> None:
-        """This call wrote ``claim`` and will send it: no failure of that version may be taken over."""
+    def failed(self, claim: EffectRecord, tag: str, now: datetime) -> None:
+        """The write of ``claim``, tagged ``tag``, raised: it may have committed."""
+        horizon = now - self._keep_for
+        with self._lock:
+            self._failed.setdefault((claim.tenant, claim.intent_key, claim.version), {})[tag] = now
+            for old in [c for c, tags in self._failed.items() if max(tags.values()) < horizon]:
+                del self._failed[old]
+
+    def takes(self, record: EffectRecord, worker_id: str, trail: Callable[[], Sequence[AuditEntry]]) -> bool:
+        """Whether ``record`` is a claim whose write failed here, so nothing sent it: its claim row carries a
+        remembered tag (``trail`` is read only for a record that could be one)."""
+        if record.status is not EffectStatus.IN_FLIGHT or record.lease_owner != worker_id:
+            return False
+        with self._lock:
+            tags = set(self._failed.get((record.tenant, record.intent_key, record.version), ()))
+        if not tags:
+            return False
+        row = next((a for a in trail() if a.version == record.version and a.to_status is record.status), None)
+        return row is not None and row.actor == worker_id and (row.reason or "").rpartition("#")[2] in tags
+
+    def forget(self, claim: EffectRecord) -> None:
         with self._lock:
             self._failed.pop((claim.tenant, claim.intent_key, claim.version), None)
 
-    def take(self, record: EffectRecord, worker_id: str) -> bool:
-        """Whether ``record`` is a claim whose write failed here, never sent: True once, for one caller."""
-        if record.status is not EffectStatus.IN_FLIGHT or record.lease_owner != worker_id:
-            return False
-        claim = (record.tenant, record.intent_key, record.version)
+    def prune(self, record: EffectRecord, worker_id: str) -> None:
+        """Forget failed claims of ``record``'s intent that it has moved past: an older version, or this
+        version no longer in flight under this worker's lease."""
+        live = record.status is EffectStatus.IN_FLIGHT and record.lease_owner == worker_id
         with self._lock:
-            taken = self._failed.get(claim) == record.dispatched_at and self._working[claim[:2]] <= 1
-            if taken:
-                del self._failed[claim]
-        return taken
-
-
-class _Working:
-    """Counts a call on an intent while it runs (a class: the hot path pays no generator frame)."""
-
-    __slots__ = ("_claims", "_intent")
-
-    def __init__(self, claims: UnsentClaims, intent: Intent) -> None:
-        self._claims, self._intent = claims, intent
-
-    def __enter__(self) -> None:
-        with self._claims._lock:
-            self._claims._working[self._intent] += 1
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
-        with self._claims._lock:
-            left = self._claims._working[self._intent] - 1
-            if left:
-                self._claims._working[self._intent] = left
-            else:
-                del self._claims._working[self._intent]
+            for claim in [c for c in self._failed if c[:2] == (record.tenant, record.intent_key)]:
+                if claim[2] < record.version or (claim[2] == record.version and not live):
+                    del self._failed[claim]
