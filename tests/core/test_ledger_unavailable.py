@@ -34,9 +34,12 @@ from safe_effects import (
     LeasePolicy,
     Ledger,
     LedgerUnavailable,
+    Operator,
     PostgresStore,
     RetryPolicy,
     SQLiteStore,
+    open_store,
+    purge_settled,
 )
 from safe_effects.testing import FakeClock, GenericFakeAdapter, GenericFakeProvider, generic_contract
 
@@ -571,3 +574,38 @@ def test_a_compensation_claimed_but_not_checked_is_sent_by_the_next_call(
         finally:
             ledger.close()
     assert len(keyless.fake.requests()) == 2
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_remembered_claim_never_matches_a_record_made_again_after_a_purge(
+    store_url: str, pg_url: str, database_proxy: DatabaseProxy, keyless: HookedAdapter
+) -> None:
+    """The audit trail outlives a purge and a key made again restarts at version 1: a claim tag remembered
+    from the old record must not make a sent claim of the new one look never sent."""
+    schema, clock = store_url.rpartition("?schema=")[2], FakeClock()
+    conninfo = make_conninfo(database_proxy.conninfo(store_url), options="-c lock_timeout=100")
+    a = Ledger(PostgresStore(conninfo, schema=schema), worker_id="A", lease=LEASE, retry=FAST_RETRY, clock=clock)
+    b = Ledger(open_store(store_url), worker_id="B", lease=LEASE, retry=FAST_RETRY, clock=clock)
+    try:
+        _claim_whose_answer_is_lost(a, database_proxy, keyless)  # A remembers the tag of the old record's v1
+        clock.advance(LEASE.duration * 2)
+        with pytest.raises(EffectUnknown):  # B reconciles the dead claim: unknown, never sent
+            b.execute(keyless, REQUEST, intent_key=KEY)
+        Operator(b).resolve(KEY, to=S.REJECTED, operator="ann", reason="no such charge", expect_version=2)
+        clock.advance(timedelta(days=800))
+        assert purge_settled(b.store, older_than=timedelta(days=700), now=clock()).deleted == 1
+        with psycopg.connect(pg_url) as other:  # A runs the key again; it is sent; its outcome cannot be written
+            lock = sql.SQL("SELECT 1 FROM {}.effect_intents FOR UPDATE").format(_schema(store_url))
+            keyless.after_send.append(lambda: other.execute(lock))
+            with pytest.raises(EffectUnknown, match="could not record"):
+                a.execute(keyless, REQUEST, intent_key=KEY)
+        assert len(keyless.fake.requests()) == 1
+        settled = a.execute(keyless, REQUEST, intent_key=KEY).record  # sent, so reconciled, never resent
+        assert settled.status is S.CONFIRMED
+        assert settled.resolution is not None
+        assert settled.resolution.method.startswith("lookup")
+    finally:
+        a.close()
+        b.close()
+    assert len(keyless.fake.requests()) == 1

@@ -21,7 +21,8 @@ from datetime import datetime, timedelta
 from ._records import AuditEntry, EffectRecord
 from ._states import EffectStatus
 
-Claim = tuple[str, str, int]  # (tenant, intent key, version)
+# (tenant, intent key, created_at, version): created_at tells a record from one of the same key made after a purge
+Claim = tuple[str, str, datetime, int]
 
 
 class UnsentClaims:
@@ -47,7 +48,7 @@ class UnsentClaims:
         """The write of ``claim``, tagged ``tag``, raised: it may have committed."""
         horizon = now - self._keep_for
         with self._lock:
-            self._failed.setdefault((claim.tenant, claim.intent_key, claim.version), {})[tag] = now
+            self._failed.setdefault(_claim(claim), {})[tag] = now
             for old in [c for c, tags in self._failed.items() if max(tags.values()) < horizon]:
                 del self._failed[old]
 
@@ -57,21 +58,32 @@ class UnsentClaims:
         if record.status is not EffectStatus.IN_FLIGHT or record.lease_owner != worker_id:
             return False
         with self._lock:
-            tags = set(self._failed.get((record.tenant, record.intent_key, record.version), ()))
+            tags = set(self._failed.get(_claim(record), ()))
         if not tags:
             return False
-        row = next((a for a in trail() if a.version == record.version and a.to_status is record.status), None)
+        # the newest such row: the audit trail outlives a purge, and a key made again restarts at version 1
+        rows = reversed(trail())
+        row = next((a for a in rows if a.version == record.version and a.to_status is record.status), None)
         return row is not None and row.actor == worker_id and (row.reason or "").rpartition("#")[2] in tags
 
     def forget(self, claim: EffectRecord) -> None:
         with self._lock:
-            self._failed.pop((claim.tenant, claim.intent_key, claim.version), None)
+            self._failed.pop(_claim(claim), None)
 
     def prune(self, record: EffectRecord, worker_id: str) -> None:
-        """Forget failed claims of ``record``'s intent that it has moved past: an older version, or this
-        version no longer in flight under this worker's lease."""
+        """Forget failed claims of ``record``'s intent that it has moved past: another record of the key (made
+        before a purge), an older version, or this version no longer in flight under this worker's lease."""
         live = record.status is EffectStatus.IN_FLIGHT and record.lease_owner == worker_id
         with self._lock:
             for claim in [c for c in self._failed if c[:2] == (record.tenant, record.intent_key)]:
-                if claim[2] < record.version or (claim[2] == record.version and not live):
+                _, _, created_at, version = claim
+                if (
+                    created_at != record.created_at
+                    or version < record.version
+                    or (version == record.version and not live)
+                ):
                     del self._failed[claim]
+
+
+def _claim(record: EffectRecord) -> Claim:
+    return (record.tenant, record.intent_key, record.created_at, record.version)
