@@ -9,6 +9,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Collection, Mapping
+from datetime import datetime
 from functools import lru_cache
 from typing import Any, TypeVar
 
@@ -498,7 +499,7 @@ class Ledger:
         return None
 
     def _unknown_again(self, record: EffectRecord, reason: str) -> EffectRecord:
-        return self.store.transition(record, S.UNKNOWN, now=self.clock(), actor=self.worker_id, reason=reason)
+        return self._move(record, S.UNKNOWN, reason)
 
     def _own_evidence(self, record: EffectRecord) -> list[Evidence]:
         """Evidence recorded for the intent by its own provider (another provider's event decides nothing)."""
@@ -514,9 +515,7 @@ class Ledger:
             "dispatched_at": now,
         }
         try:
-            return self.store.transition(
-                record, S.IN_FLIGHT, now=now, actor=self.worker_id, reason=f"{reason} #{tag}", changes=changes
-            )
+            return self._move(record, S.IN_FLIGHT, f"{reason} #{tag}", changes, now=now)
         except LedgerUnavailable:
             if record.first_dispatched_at is None:  # never sent: a later call may take this claim over
                 self._unsent.failed(record.model_copy(update={"version": record.version + 1}), tag, now)
@@ -528,34 +527,44 @@ class Ledger:
         abandoned = self._abandoned_here(record)
         if record.status is not S.IN_FLIGHT or not (abandoned or record.lease_expired(self.clock())):
             return record
-        expired = self.store.transition(
+        expired = self._move(
             record,
             S.UNKNOWN,
-            now=self.clock(),
-            actor=self.worker_id,
-            reason="its outcome could not be written: ledger unavailable"
+            "its outcome could not be written: ledger unavailable"
             if abandoned
             else f"lease of {record.lease_owner} expired: worker lost",
-            changes={"lease_owner": None, "lease_expires_at": None, "last_error_class": "LeaseExpired"},
+            {"lease_owner": None, "lease_expires_at": None, "last_error_class": "LeaseExpired"},
         )
         self._abandoned.discard((record.tenant, record.intent_key, record.version))
         return expired
 
     def _unclaim(self, record: EffectRecord, reason: str) -> EffectRecord:
         """A claim under which nothing was sent, back to ``prepared``: claimed and sent as usual later."""
-        return self.store.transition(
+        return self._move(
             record,
             S.PREPARED,
-            now=self.clock(),
-            actor=self.worker_id,
-            reason=reason,
-            changes={
+            reason,
+            {
                 "lease_owner": None,
                 "lease_expires_at": None,
                 "attempt_count": record.attempt_count - 1,
                 "first_dispatched_at": None,
                 "dispatched_at": None,
             },
+        )
+
+    def _move(
+        self,
+        record: EffectRecord,
+        to: EffectStatus,
+        reason: str,
+        changes: Mapping[str, Any] | None = None,
+        *,
+        now: datetime | None = None,
+    ) -> EffectRecord:
+        """One transition written by this worker, now (or at ``now``, when ``changes`` were computed from it)."""
+        return self.store.transition(
+            record, to, now=now or self.clock(), actor=self.worker_id, reason=reason, changes=changes
         )
 
     def _abandoned_here(self, record: EffectRecord) -> bool:
@@ -866,14 +875,7 @@ class Ledger:
 
     def _rename(self, original: EffectRecord, compensation: IntentKey | None, reason: str) -> EffectRecord:
         """The one write that names (or, with None, un-names) the compensation on a confirmed original."""
-        return self.store.transition(
-            original,
-            S.CONFIRMED,
-            now=self.clock(),
-            actor=self.worker_id,
-            reason=reason,
-            changes={"compensated_by": compensation},
-        )
+        return self._move(original, S.CONFIRMED, reason, {"compensated_by": compensation})
 
     def _check_replaceable(self, original: EffectRecord) -> None:
         """Refuse to take over the compensation ``original`` names unless the provider rejected it.
@@ -936,13 +938,8 @@ class Ledger:
         if original.compensated_by not in (None, record.intent_key):
             return
         try:
-            marked = self.store.transition(
-                original,
-                S.COMPENSATED,
-                now=self.clock(),
-                actor=self.worker_id,
-                reason=f"compensated by {record.intent_key}",
-                changes={"compensated_by": record.intent_key},
+            marked = self._move(
+                original, S.COMPENSATED, f"compensated by {record.intent_key}", {"compensated_by": record.intent_key}
             )
         except StaleRecord:
             current = self.store.get(record.tenant, record.compensates)
@@ -1044,13 +1041,7 @@ class Ledger:
             and not accepted  # the provider said it took the request: a lookup's "absent" is lag, not proof
             and contract.may_reopen_when_absent(record.first_dispatched_at, self.clock())
         ):
-            return self.store.transition(
-                record,
-                S.PREPARED,
-                now=self.clock(),
-                actor=self.worker_id,
-                reason=f"proven absent by lookup:{found.method}",
-            )
+            return self._move(record, S.PREPARED, f"proven absent by lookup:{found.method}")
         return None
 
     # -- small helpers ------------------------------------------------------------------------------------

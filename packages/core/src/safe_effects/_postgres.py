@@ -31,6 +31,7 @@ from ._rows import (
     json_text,
     list_filters,
     plan_transition,
+    purge_statuses,
     row_encoder,
     stale,
     to_row,
@@ -546,14 +547,12 @@ class PostgresStore:
         keys: Collection[tuple[str, str]] | None = None,
     ) -> int:
         """Delete the oldest ``limit`` records in ``statuses``, or exactly ``keys``; audit and evidence stay."""
-        values = [EffectStatus(s).value for s in statuses]
-        if not values or limit <= 0 or (keys is not None and not keys):
+        values = purge_statuses(statuses, limit, keys)
+        if not values:
             return 0
         params: dict[str, Any] = {"s": values, "cutoff": utc(updated_before, "updated_before"), "limit": limit}
         query = self._purge
         if keys is not None:
-            if len(keys) > limit:
-                raise InvalidInput(f"{len(keys)} keys to purge, more than the limit {limit}")
             params["tenants"] = [check_tenant(tenant) for tenant, _ in keys]
             params["keys"] = [key for _, key in keys]
             query = self._purge_keys

@@ -134,6 +134,19 @@ def list_filters(
     return filters
 
 
+def purge_statuses(
+    statuses: Collection[EffectStatus], limit: int, keys: Collection[tuple[str, str]] | None
+) -> list[str]:
+    """``purge``'s statuses as stored, checked the same way by both stores: empty when there is nothing to
+    delete (no status, no room, an empty key list); more keys than ``limit`` is refused."""
+    values = [EffectStatus(s).value for s in statuses]
+    if not values or limit <= 0 or (keys is not None and not keys):
+        return []
+    if keys is not None and len(keys) > limit:
+        raise InvalidInput(f"{len(keys)} keys to purge, more than the limit {limit}")
+    return values
+
+
 def from_row(model: type[M], row: Mapping[str, Any], codec: Codec) -> M:
     """Validate a fetched row back into ``model``; columns the model lacks (serial ids) are dropped."""
     data: dict[str, Any] = {}

@@ -27,6 +27,7 @@ from ._rows import (
     json_text,
     list_filters,
     plan_transition,
+    purge_statuses,
     row_encoder,
     stale,
     to_row,
@@ -370,14 +371,12 @@ class SQLiteStore:
         keys: Collection[tuple[str, str]] | None = None,
     ) -> int:
         """Delete the oldest ``limit`` records in ``statuses``, or exactly ``keys``; audit and evidence stay."""
-        values = [EffectStatus(s).value for s in statuses]
-        if not values or limit <= 0 or (keys is not None and not keys):
+        values = purge_statuses(statuses, limit, keys)
+        if not values:
             return 0
         cutoff = _CODEC.time_out(utc(updated_before, "updated_before"))
         where = f"status IN ({', '.join('?' * len(values))}) AND updated_at < ?"
         if keys is not None:
-            if len(keys) > limit:
-                raise InvalidInput(f"{len(keys)} keys to purge, more than the limit {limit}")
             pairs = [value for tenant, key in keys for value in (check_tenant(tenant), key)]
             query = f"DELETE FROM effect_intents WHERE {where} AND (tenant_id, intent_key) IN (VALUES "
             query += ", ".join(["(?, ?)"] * len(keys)) + ")"
