@@ -174,9 +174,12 @@ def test_a_claim_the_ledger_cannot_write_sends_nothing(
 
 
 def _terminate(pg_url: str, application_name: str) -> int:
+    """End those backends and wait (up to 5 s) until each has exited: its FATAL notice is then on the wire, as
+    after a restart, rather than still on its way."""
     with psycopg.connect(pg_url, autocommit=True) as admin:
         rows = admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s", (application_name,)
+            "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE application_name = %s",
+            (application_name,),
         ).fetchall()
     return len(rows)
 
