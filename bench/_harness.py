@@ -77,6 +77,15 @@ def _drop_schema(pg: str, schema: str) -> None:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
+def migrate(url: str) -> None:
+    """Create (or bring up to date) the ledger's tables at ``url``."""
+    store = open_store(url)
+    try:
+        store.migrate()
+    finally:
+        store.close()
+
+
 @contextmanager
 def store_targets(pg: str | None) -> Iterator[list[StoreTarget]]:
     """A fresh SQLite file, and a fresh PostgreSQL schema when ``pg`` is reachable; both migrated.
@@ -96,11 +105,7 @@ def store_targets(pg: str | None) -> Iterator[list[StoreTarget]]:
             targets.append(StoreTarget("postgres", f"{pg}{'&' if '?' in pg else '?'}schema={schema}"))
         try:
             for target in targets:
-                store = open_store(target.url)
-                try:
-                    store.migrate()
-                finally:
-                    store.close()
+                migrate(target.url)
             yield targets
         finally:
             if schema is not None and pg:

@@ -1,4 +1,4 @@
-"""Run the five benchmarks one after another and write docs/benchmarks.md from what they print.
+"""Run the six benchmarks one after another and write docs/benchmarks.md from what they print.
 
 Each script runs in its own process (sequentially, never two at once, so they do not compete for the CPU);
 its stdout goes into the page verbatim, next to what it measures, why that baseline, how to run it alone, the
@@ -62,6 +62,18 @@ BENCHMARKS = (
         "(append-only history, written in the same transaction), still by hand: what any implementation of "
         "this design must write. Executor ÷ design floor is therefore what this implementation (Python: "
         "validation, encoding, digest, pydantic records) adds on top of the design.",
+    ),
+    Benchmark(
+        "cpu_split.py",
+        "Where an effect's CPU goes: the 8-worker rows explained",
+        "Raw pair, design floor and executor (instant adapter), one process, one mode at a time in "
+        "alternating slices: per-effect CPU of this process (`client`, which with SQLite includes the "
+        "kernel's fsync work) and of the local PostgreSQL's processes (`server`, read from /proc), and wall "
+        "time. `sqlite-ram` is the same SQLite store in a RAM-backed directory, where fsync returns at once. "
+        "Two readings follow the table. PostgreSQL at 8 workers on 2 cores is CPU-bound, so its line turns "
+        "the executor target into a CPU budget over the design floor. SQLite's writers take turns on one lock, "
+        "so its line compares the executor's own CPU next to fsync and on RAM.",
+        "The same raw pair and design floor as the executor benchmark, on the same kinds of store.",
     ),
     Benchmark(
         "stripe_overhead.py",
@@ -169,6 +181,9 @@ _LEDGER_ROW = re.compile(
     r"(?P<ratio>[\d.]+)\s+(?P<vs_design>[\d.]+)\s+(?P<raw_rate>\d+)\s+(?P<exec_rate>\d+)$"
 )
 _ONE_KEY = re.compile(r"^(?P<store>\w+)\s+(?P<workers>\d+) on one key: .* dispatches: (?P<dispatches>\d+)$")
+_CPU_READING = re.compile(
+    r"^(?P<store>\w+)\s+(?P<text>(?:the executor's CPU|client \+ server CPU|server CPU not readable).*)$"
+)
 _MEMORY_ROW = re.compile(
     r"^(?P<subject>\w+)\s+(?P<store>\w+)\s+\d+\s+[\d.]+\s+[\d.]+\s+(?P<ratio>[\d.]+)\s+-?\d+\s+(?P<kept>-?\d+)\s+"
     r"(?:-?\d+|n/a)\s+(?P<verdict>no growth|leak\?)$"
@@ -199,6 +214,9 @@ def reading(runs: list[Run]) -> list[str]:
         provider_rows += [(r.benchmark.script, row) for row in parse_rows(r.stdout)]
         if r.benchmark.script == "memory_overhead.py":
             bullets.append(memory_reading(r.stdout))
+        if r.benchmark.script == "cpu_split.py":
+            readings = (_CPU_READING.match(line.strip()) for line in r.stdout.splitlines())
+            bullets += [f"CPU, {m['store']}: {m['text']}." for m in readings if m is not None]
         if r.benchmark.script == "ledger_overhead.py":
             for line in r.stdout.splitlines():
                 if (m := _LEDGER_ROW.match(line.strip())) is not None:
@@ -348,12 +366,13 @@ by `bench/report.py`; edit that script, not this page.
 ## Reproduce
 
 ```bash
-.venv/bin/python bench/report.py           # runs the five scripts below one after another, rewrites this page
+.venv/bin/python bench/report.py           # runs the six scripts below one after another, rewrites this page
 .venv/bin/python bench/ledger_overhead.py  # any one of them alone; each takes --pg URL ('' skips PostgreSQL)
 .venv/bin/python bench/stripe_overhead.py
 .venv/bin/python bench/sendgrid_overhead.py
 .venv/bin/python bench/ses_overhead.py
 .venv/bin/python bench/memory_overhead.py
+.venv/bin/python bench/cpu_split.py
 ```
 
 Each timing script runs in under a minute (a time bound cuts the rounds short on a slow machine; `n` says how

@@ -89,3 +89,15 @@ def test_memory_rows_are_read(report: ModuleType, pg: str, stores: set[str]) -> 
     subjects = {"executor", "stripe", "sendgrid", "ses"}
     assert {(m["subject"], m["store"]) for m in rows} == {(s, store) for s in subjects for store in stores}
     assert report.memory_reading(out).startswith("Memory: ")
+
+
+def test_cpu_split_rows_and_readings_are_read(report: ModuleType, pg: str, stores: set[str]) -> None:
+    out = run("cpu_split.py", pg, "--calls", "5", "--slices", "1")
+    rows = [line.split() for line in out.splitlines() if line.split()[1:2] in (["raw"], ["design"], ["executor"])]
+    measured = stores | ({"sqlite-ram"} if Path("/dev/shm").is_dir() else set())
+    assert {(row[0], row[1]) for row in rows} == {(s, m) for s in measured for m in ("raw", "design", "executor")}
+    readings = [m for line in out.splitlines() if (m := report._CPU_READING.match(line.strip()))]
+    expected = stores if "sqlite-ram" in measured else stores - {"sqlite"}  # SQLite's reading needs both
+    assert {m["store"] for m in readings} == expected
+    if pg:  # the test database runs on this machine: its processes' CPU is read, so the budget is printed
+        assert any(m["store"] == "postgres" and "the executor uses" in m["text"] for m in readings), out
