@@ -286,56 +286,50 @@ def floor_spread(provider_rows: list[tuple[str, Row]]) -> str:
 
 
 WHERE_THE_TIME_GOES = """\
-Measured on this machine on 2026-11-29 (diagnostic scripts, not part of the page's run):
+The `cpu_split.py` table above is measured in this run; the rest comes from diagnostic scripts run on this
+machine on 2026-11-29 and is not part of the page's run.
 
-- **One run is one sample.** Eight earlier runs of `ledger_overhead.py` on 2026-11-29 on this 2-core VM
-  gave executor/raw ratios of 1.26-1.73 (SQLite, 1 worker), 1.63-2.08 (SQLite, 8),
-  1.44-2.11 (PostgreSQL, 1) and 2.02-2.59 (PostgreSQL, 8); the provider quotients ranged 2.1-2.9. The raw
-  floor itself varied up to 2.4x between runs (disk flush latency). Compare a change against figures from
-  the same hour, and run twice.
-
-- **Design or implementation.** The design floor (the raw pair plus, in each commit, the audit row the
-  append-only history needs, by hand) measured 1.02-1.16 x the raw floor on 2026-11-29 (one interleaved
-  run: SQLite 0.68 -> 0.75 ms, PostgreSQL 1.11 -> 1.24 ms). So the audit trail costs about a tenth, and the
-  rest of the gap is this implementation's CPU: with durability off (diagnosis only), a raw pair took
-  70-77 us of CPU and an executor call 290-330 us, of which about 160 us is SQLite running the store's
-  statements with their audit rows and about 150 us Python (records and audit entries as pydantic models,
-  row encoding, the digest, the transition plan, and the plain call overhead of the executor's steps, none
-  of them above ~30 us). At 8 workers on 2 cores per-effect latency follows CPU, which is why the 8-worker
-  ratios are the furthest from the target.
-- **Pages written (SQLite).** With `synchronous=FULL` each commit waits for its WAL frames to reach the
-  disk, so the bytes a commit writes are most of its cost. The raw floor writes 7.5 WAL pages per effect,
-  the executor 10.9 (12.5 before the audit table was clustered by intent in migration v3: an audit row had
-  dirtied the table's last leaf, an index leaf and `sqlite_sequence`; now it is one leaf next to its intent's
-  earlier rows). The remaining difference is the two audit rows, one per commit, and they stay: an audit
-  trail written after the commit could be lost in exactly the crash the ledger is for.
-- **Python per call.** With durability switched off (`synchronous=OFF`, diagnosis only), a raw pair cost
-  0.11-0.17 ms and an executor call 0.39-0.59 ms on this machine; about 40% of the executor's CPU is SQLite
-  itself (wider insert, two audit inserts). The Python that was measurably costly has been cut: row encoding
-  was a per-call chain of type tests (now `_rows.RowEncoder`, decided once per model), `strftime` was the
-  largest single cost of a claim (now %-formatting, cached per instant), `json.dumps` with options builds a
-  new encoder per call (now pydantic-core's `to_json` for stored JSON and one reused encoder for the digest),
-  named parameters (now positional), tenacity on every call (now only after a refusal). What is left is
-  spread thin: pydantic validation of the record, its transition and two audit entries (~5-10 us each),
-  the canonical-JSON digest, psycopg parameter dumping and the pool checkout on PostgreSQL. (The last cut,
-  2026-11-29: `Connection.execute` built a new cursor, with new parameter dumpers, for every claim and
-  confirm; one reused cursor per connection took client CPU per effect on PostgreSQL from 305-310 to
-  277-300 us in a 4000-effect loop.)
-- **Inside a provider call the ledger costs more than alone.** In the Stripe benchmark the ledger's share of
-  a wrapped call measured about 1.2 ms of CPU with durability off, against about 0.5 ms in the executor
-  benchmark: after a full HTTP round trip through requests and the SDK, the ledger's code and data are no
-  longer in the CPU caches. The wrappers' own code (building the `EffectRequest`, stamping metadata or
-  tags) was under 2% of a wrapped call in a py-spy profile. This is why the provider quotients stay well
-  above the executor ratio.
-- **8 processes on few cores.** With 8 worker processes (plus PostgreSQL, plus whatever else runs) on the
-  machine's cores, per-effect median latency measures waiting for a CPU at least as much as the store: the
-  ratio then follows the Python cost. SQLite also serialises writers on one lock. Read the 8-worker rows as
-  throughput and correctness (one dispatch on one key) as much as per-call cost.
-- **Memory.** The first run of `memory_overhead.py` (2026-11-29) showed every audited call keeping about
-  90 bytes per audit row: pydantic-core's string cache (on by default, about 16k entries, process-wide) kept
-  a copy of each `IntentKey` it converted to a plain `str` for `AuditEntry.intent_key`. Bounded at roughly
-  1.6 MB, but memory held for nothing and noise in any leak check; the record models now set
-  `cache_strings=False`, and the figures above are after that change.
+- **One run is one sample.** Runs of `ledger_overhead.py` on 2026-11-29 on this 2-core VM gave executor/raw
+  ratios of 1.26-1.73 (SQLite, 1 worker), 1.53-2.08 (SQLite, 8), 1.36-2.11 (PostgreSQL, 1) and 1.78-2.59
+  (PostgreSQL, 8); provider quotients ranged 1.6-2.9. The raw floor itself varied up to 2.4x between runs
+  (disk flush latency). Compare a change against figures from the same hour, and run twice.
+- **Design or implementation.** The design floor (the raw pair plus the audit row each commit must carry)
+  costs 1.02-1.2 x the raw pair: the audit trail is about a tenth of the gap. The rest is this
+  implementation's CPU: pydantic records and audit entries, row encoding, the request digest, the transition
+  plan, the pool checkout and psycopg's parameter dumping on PostgreSQL, and the plain call overhead of the
+  executor's steps. It is spread thin: warm, no single piece takes above ~6 us (a transition plan 6 us, a
+  digest 4 us, a record 3 us, a row 1.5-3.3 us), about 50 us of Python per effect in all.
+- **PostgreSQL at 8 workers is CPU-bound.** Eight processes and the server share 2 cores, so latency follows
+  client + server CPU per effect. `cpu_split.py` turns the target into a budget. The target (<= 1.5 x raw)
+  leaves the executor about 100 us of CPU per effect over the design floor. It uses 120-190 us, depending on
+  the run. Meeting the target takes halving the executor's Python and driver work, not removing any one
+  cost. SQLite at 8 workers is not CPU-bound: its writers take turns on one write lock, so its ratio
+  follows the time each effect holds that lock and the wall time of each call.
+- **Python next to fsync runs slower.** The same executor code costs about 48 us of CPU per effect over the
+  design floor on a RAM-backed SQLite file and 100-130 us next to real fsyncs (`cpu_split.py`, `sqlite` vs
+  `sqlite-ram`). Pinning the process to one core changes nothing, so it is not a migration between cores;
+  the kernel's flush path leaves the caches cold for the Python that follows.
+- **Inside a provider call the ledger costs more than alone.** Timing the adapter's send inside a wrapped
+  Stripe call: the SDK's request itself takes what a raw call takes (1.10 vs 1.08 ms, with the same
+  metadata). Everything outside it takes 295 us on a RAM-backed ledger: the wrapper, the executor and
+  SQLite's statements, with no fsync. Next to real fsyncs it takes 583 us. Alone, with an instant adapter,
+  the executor takes about 100 us. The wrapper's own steps (operation name, contract, metadata stamp,
+  summary, `EffectRequest`) cost about 15 us warm. After a full HTTP round trip through requests and the
+  SDK, all of this code runs with cold caches, at 2-3 x its warm cost. This is why the provider quotients
+  stay above the executor ratio.
+- **Pages written (SQLite).** With `synchronous=FULL` each commit waits for its WAL frames to reach the disk.
+  The raw floor writes 7.5 WAL pages per effect, the executor 10.6-10.9, the design floor 10.9: the
+  difference from raw is the two audit rows. They stay, because an audit trail written after the commit
+  could be lost in exactly the crash the ledger is for.
+- **What was cut, and what was refused.** Cut earlier: per-call type tests in row encoding (`RowEncoder`),
+  `strftime` (cached %-formatting), `json.dumps` with options (pydantic-core's `to_json`, one reused
+  encoder), named parameters, tenacity on every call (now only after a refusal), a new psycopg cursor per
+  statement. Refused: a non-durable confirm commit, which would turn "confirmed" into "maybe". Also refused:
+  sending the provider request while the claim's fsync is still running. Every transport path of three SDKs
+  would need a gate before the first byte, and one missed path would send before the claim is durable.
+- **Memory.** pydantic-core's string cache (on by default, about 16k entries, process-wide) kept a copy of
+  each `IntentKey` it converted for `AuditEntry.intent_key`: about 90 bytes per audited call, up to roughly
+  1.6 MB. The record models set `cache_strings=False`; the memory figures above are after that change.
 - **The fakes.** FakeStripe and FakeSendGrid are served from a child process (like moto), so their own work
   does not share the client's GIL; it is the same for the raw and the wrapped call either way.
 """
