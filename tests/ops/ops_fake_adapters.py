@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from safe_effects import EffectRecord, LookupResult, ProviderAdapter
+from safe_effects import EffectRecord, LookupResult, ProviderAdapter, ProviderContract
 from safe_effects.testing import GenericFakeAdapter, GenericFakeProvider
 
 FAKE_ENV = "SAFE_EFFECTS_OPS_FAKE"
@@ -21,6 +21,13 @@ class SlowLookups(GenericFakeAdapter):
     def lookup(self, record: EffectRecord) -> LookupResult:
         time.sleep(float(os.environ.get(DELAY_ENV, "0")))
         return GenericFakeAdapter.lookup(self, record)
+
+
+class Misconfigured(GenericFakeAdapter):
+    """An adapter that cannot work (a missing API key): every record of its provider ends as ``error``."""
+
+    def contract_for(self, operation: str) -> ProviderContract:
+        raise RuntimeError("FAKE_API_KEY is not set")
 
 
 def make_adapter(path: str, *, retention_days: int | None = None) -> GenericFakeAdapter:
@@ -52,3 +59,7 @@ def two_floors() -> dict[str, ProviderAdapter[Any]]:
     long = GenericFakeAdapter(fake.fake, provider="fake2")
     long.contract = long.contract.model_copy(update={"record_retention_minimum": timedelta(days=365)})
     return {"fake": fake, "fake2": long}
+
+
+def misconfigured() -> dict[str, ProviderAdapter[Any]]:
+    return {"fake": Misconfigured(GenericFakeProvider(os.environ[FAKE_ENV]))}

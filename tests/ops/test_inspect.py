@@ -28,6 +28,20 @@ def test_list_shows_unknowns_oldest_first_with_summary(ops: Ops) -> None:
     assert "amount=5000" in table.stdout
 
 
+def test_tables_print_intent_keys_as_they_are(ops: Ops) -> None:
+    """An operator copies keys from the tables into the next command: ``:ok:`` and ``:id:`` are emoji codes a
+    rich console would otherwise replace (``user:ok:...`` printed as ``user🆗...``)."""
+    keys = ["user:ok:verify:v1", "order:id:ship:v1"]
+    for key in keys:
+        ops.unknown(key)
+    listed, shown = ops.cli("list"), ops.cli("show", keys[0])
+    assert listed.exit_code == 0, listed.output
+    assert shown.exit_code == 0, shown.output
+    for key in keys:
+        assert key in listed.stdout
+    assert keys[0] in shown.stdout
+
+
 def test_show_has_every_field_audit_and_evidence(ops: Ops) -> None:
     record = ops.unknown(KEY)
     shown = ops.cli_json("show", KEY)

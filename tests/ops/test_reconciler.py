@@ -150,6 +150,21 @@ def test_cli_reconcile_reports_json(ops: Ops) -> None:
     assert "reconciled: unknown=1" in table.stdout
 
 
+def test_cli_one_shot_reconcile_exits_1_when_a_record_fails(ops: Ops) -> None:
+    """A one-shot sweep run by cron or a script must fail visibly when records could not be looked up (a
+    missing API key, a provider down): the table alone is read by nobody at 3 a.m."""
+    ops.unknown("invoice:a:collect:v1")
+    ops.unknown("invoice:b:collect:v1", happened=False)
+    for extra in ([], ["--json"]):
+        result = ops.cli("reconcile", "--adapters", "ops_fake_adapters:misconfigured", *extra)
+        assert result.exit_code == 1, result.output
+        assert "2 record(s) could not be reconciled" in result.stderr
+        assert ("error" in json.loads(result.stdout)["counts"]) if extra else ("reconciled: error=2" in result.stdout)
+    assert {ops.ledger.get(k).status for k in ("invoice:a:collect:v1", "invoice:b:collect:v1")} == {"unknown"}
+    assert len(ops.fake.effects()) == 1  # nothing redispatched
+    assert ops.cli("reconcile", "--adapters", ADAPTERS).exit_code == 0  # a sweep without errors still exits 0
+
+
 def test_two_reconciler_processes_settle_each_record_exactly_once(ops: Ops) -> None:
     keys = [f"invoice:p{n}:collect:v1" for n in range(16)]
     for key in keys:

@@ -73,8 +73,9 @@ def error_line(error: Exception) -> str:
 
 
 def emit(renderable: Any) -> None:
-    """Print to the current stdout (a fresh console honours COLUMNS); markup off, as reasons are free text."""
-    Console(markup=False, highlight=False).print(renderable)
+    """Print to the current stdout (a fresh console honours COLUMNS). Markup and emoji codes off: reasons are
+    free text, and an intent key like ``user:ok:verify:v1`` must print as itself, not as ``user🆗verify:v1``."""
+    Console(markup=False, highlight=False, emoji=False).print(renderable)
 
 
 def fail(message: str) -> NoReturn:

@@ -16,7 +16,7 @@ from safe_effects._errors import InvalidInput, MissingDependency
 from safe_effects._metrics import PrometheusObserver, serve
 from safe_effects._reconciler import Reconciler, ReconcileReport
 
-from ._common import DEBUG_ENV, AdaptersSpec, AsJson, StoreUrl, emit, error_line, opened, print_json, say, table
+from ._common import DEBUG_ENV, AdaptersSpec, AsJson, StoreUrl, emit, error_line, fail, opened, print_json, say, table
 
 
 def _show(report: ReconcileReport, as_json: bool) -> None:
@@ -51,7 +51,10 @@ def reconcile(
             ledger.observer = observer
         reconciler = Reconciler(ledger, load_adapters(adapters))
         if not loop:
-            _show(reconciler.run_once(limit=limit), as_json)
+            report = reconciler.run_once(limit=limit)
+            _show(report, as_json)
+            if failed := report.counts().get("error", 0):  # a cron job or a script must see it, not only a reader
+                fail(f"error: {failed} record(s) could not be reconciled (see their note); they are left as they were")
             return
         while True:
             _sweep(reconciler, limit, as_json)
