@@ -259,7 +259,7 @@ def test_url_parameters_reach_libpq_as_written(store_url: str, pg_url: str) -> N
     """Re-encoding the query would turn %20 into +, which libpq passes on as a plus sign."""
     conninfo, _, schema = store_url.rpartition("?schema=")
     with Ledger.open(f"{conninfo}?application_name=se%20test%20app&schema={schema}") as ledger:
-        ledger.store.status_counts()  # a checkout, so the pool's connection is in use once
+        ledger.store.status_counts([EffectStatus.UNKNOWN])  # a checkout, so the pool's connection is in use once
         with psycopg.connect(pg_url) as admin:
             names = {row[0] for row in admin.execute("SELECT application_name FROM pg_stat_activity")}
     assert "se test app" in names
@@ -332,7 +332,7 @@ def test_the_pools_check_works_on_sockets_past_select_s_limit(store_url: str, ca
     try:
         with caplog.at_level(logging.INFO, logger="psycopg.pool"), Ledger.open(store_url) as ledger:
             for _ in range(3):
-                ledger.store.status_counts()
+                ledger.store.status_counts([EffectStatus.UNKNOWN])
     finally:
         for fd in held:
             os.close(fd)

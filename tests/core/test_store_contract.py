@@ -58,7 +58,7 @@ def snapshot(store: Store, record: EffectRecord) -> tuple[Any, ...]:
     return (
         store.get(record.tenant, record.intent_key),
         store.audit_trail(record.tenant, record.intent_key),
-        store.status_counts(),
+        store.status_counts(list(S)),
     )
 
 
@@ -202,7 +202,7 @@ def test_insert_if_absent_twice_returns_the_existing_row_unchanged(store: Store)
 def test_naive_datetimes_are_refused(store: Store) -> None:
     with pytest.raises(InvalidInput, match="timezone-aware"):
         store.insert_if_absent(make(at=datetime(2024, 1, 1)), actor="t")
-    assert store.status_counts() == []
+    assert store.status_counts(list(S)) == []
 
 
 # --- transitions ---
@@ -384,17 +384,52 @@ def test_evidence_is_stored_once_per_event(store: Store) -> None:
 
 def test_status_counts_and_oldest_updated(store: Store) -> None:
     seed_listing(store)
-    assert store.status_counts() == [
+    assert store.status_counts(list(S)) == [
         ("acme", "fake", S.UNKNOWN, 1),
         ("default", "fake", S.CONFIRMED, 1),
         ("default", "fake", S.IN_FLIGHT, 1),
         ("default", "fake", S.UNKNOWN, 1),
         ("default", "other", S.UNKNOWN, 1),
     ]
+    assert store.status_counts([S.UNKNOWN, S.IN_FLIGHT]) == [
+        ("acme", "fake", S.UNKNOWN, 1),
+        ("default", "fake", S.IN_FLIGHT, 1),
+        ("default", "fake", S.UNKNOWN, 1),
+        ("default", "other", S.UNKNOWN, 1),
+    ]
+    assert store.status_counts([]) == []
+    with pytest.raises(ValueError, match="bogus"):
+        store.status_counts(["bogus"])  # type: ignore[list-item]
     oldest = store.oldest_updated(S.UNKNOWN)
     assert oldest == {"fake": T0 + timedelta(minutes=2), "other": T0 + timedelta(minutes=1)}
     assert all(value.utcoffset() == timedelta(0) for value in oldest.values())
     assert store.oldest_updated(S.REJECTED) == {}
+
+
+def test_counting_unsettled_statuses_does_not_read_the_history(store: Store) -> None:
+    """A metrics scrape counts prepared, in_flight and unknown records at every scrape: the query must be
+    served by the status index, not a scan of every confirmed record the ledger has ever kept."""
+    statuses = [S.PREPARED, S.IN_FLIGHT, S.UNKNOWN]
+    if isinstance(store, SQLiteStore):
+        conn = store._conn()
+        ran: list[str] = []
+        conn.set_trace_callback(ran.append)
+        try:
+            store.status_counts(statuses)
+        finally:
+            conn.set_trace_callback(None)
+        (query,) = [q for q in ran if "count(*)" in q]
+        plan = " | ".join(row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {query}"))
+        assert "USING INDEX effect_intents_status_updated" in plan or "USING COVERING INDEX" in plan, plan
+        assert "SCAN effect_intents" not in plan, plan
+    else:
+        assert isinstance(store, PostgresStore)
+        with store._checkout() as conn, conn.transaction():
+            conn.execute("SET LOCAL enable_seqscan = off")  # with a seq scan priced out, only an index can serve it
+            explained = conn.execute(b"EXPLAIN " + store._status_counts, ([s.value for s in statuses],)).fetchall()
+        plan = " | ".join(row[0] for row in explained)
+        assert "effect_intents_status_updated" in plan, plan
+        assert "Seq Scan" not in plan, plan
 
 
 def test_purge_deletes_only_given_statuses_older_than_the_cutoff(store: Store) -> None:

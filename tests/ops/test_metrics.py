@@ -11,7 +11,7 @@ import threading
 import time
 import urllib.request
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
@@ -20,8 +20,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
 
 from safe_effects import (
+    EffectRejected,
     EffectRequest,
     EffectStatus,
+    EffectUnknown,
     IntentConflict,
     Ledger,
     LedgerUnavailable,
@@ -30,6 +32,7 @@ from safe_effects import (
     Reconciler,
     StoreCollector,
 )
+from safe_effects.testing import FakeFailure
 
 if TYPE_CHECKING:
     from conftest import DatabaseProxy, Ops
@@ -44,13 +47,16 @@ def samples(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
     }
 
 
+UNSETTLED = (EffectStatus.PREPARED, EffectStatus.IN_FLIGHT, EffectStatus.UNKNOWN)
+
+
 def expected(ops: Ops) -> dict[tuple[tuple[str, str], ...], float]:
-    groups = {(t, p) for t, p, _, _ in ops.ledger.store.status_counts()}
-    counts = {(t, p, s): c for t, p, s, c in ops.ledger.store.status_counts()}
+    """The gauge's samples, from the store's own counts: every group with unsettled records, zeros included."""
+    counts = {(t, p, s): c for t, p, s, c in ops.ledger.store.status_counts(UNSETTLED)}
     return {
         (("provider", p), ("status", s.value), ("tenant", t)): float(counts.get((t, p, s), 0))
-        for t, p in groups
-        for s in EffectStatus
+        for t, p in {(t, p) for t, p, _ in counts}
+        for s in UNSETTLED
     }
 
 
@@ -77,12 +83,31 @@ def test_collector_matches_status_counts(ops: Ops) -> None:
     assert registry.get_sample_value("safe_effects_store_up") == 1
 
 
+def test_settled_records_are_not_counted_and_a_settled_group_keeps_its_zeros(ops: Ops) -> None:
+    """The gauge counts what an operator alerts on (prepared, in_flight, unknown), never the history: a group
+    whose last unknown settles reports 0, not a series that vanishes from graphs and alerts."""
+    ops.unknown("invoice:a:collect:v1")
+    ops.confirmed("invoice:c:collect:v1")
+    registry = CollectorRegistry()
+    registry.register(StoreCollector(ops.ledger.store))
+    before = samples(generate_latest(registry).decode(), "safe_effects_effects")
+    assert {dict(labels)["status"] for labels in before} == {"prepared", "in_flight", "unknown"}
+    unknown = (("provider", "fake"), ("status", "unknown"), ("tenant", "default"))
+    assert before[unknown] == 1
+    settled = Reconciler(ops.ledger, {"fake": ops.adapter}).run_once()
+    assert settled.counts() == {"confirmed": 1}
+    assert ops.ledger.get("invoice:a:collect:v1").status == "confirmed"
+    after = samples(generate_latest(registry).decode(), "safe_effects_effects")
+    assert after == dict.fromkeys(before, 0.0)  # still there, at zero
+    assert len(ops.fake.effects()) == 2  # the two charges, none resent by the reconciler
+
+
 def test_unreachable_store_reports_down_instead_of_failing(ops: Ops) -> None:
     registry = CollectorRegistry()
     store = ops.ledger.store
     registry.register(StoreCollector(store))
 
-    def broken() -> list[tuple[str, str, EffectStatus, int]]:
+    def broken(statuses: object) -> list[tuple[str, str, EffectStatus, int]]:
         raise OSError("connection refused")
 
     store.status_counts = broken  # type: ignore[method-assign]
@@ -97,10 +122,10 @@ def test_a_store_that_does_not_answer_shows_as_down_within_the_timeout(ops: Ops)
     release, reads = threading.Event(), itertools.count(1)
     real = store.status_counts
 
-    def hanging() -> list[tuple[str, str, EffectStatus, int]]:  # a query on a partitioned network, say
+    def hanging(statuses: Any) -> list[tuple[str, str, EffectStatus, int]]:  # a partitioned network, say
         next(reads)
         release.wait(30)
-        return real()
+        return real(statuses)
 
     store.status_counts = hanging  # type: ignore[method-assign]
     for _ in range(3):
@@ -178,6 +203,40 @@ def test_observer_counts_conflicts_reconciliations_and_compensations(ops: Ops) -
     last = registry.get_sample_value("safe_effects_reconciler_last_run_timestamp_seconds")
     assert last is not None
     assert abs(last - time.time()) < 60
+
+
+def test_observer_counts_each_provider_call_by_the_outcome_it_recorded(ops: Ops) -> None:
+    """The rate of confirmed, rejected and unknown calls comes from a counter, not from counting the history."""
+    registry = CollectorRegistry()
+    ledger = Ledger(ops.ledger.store, observer=PrometheusObserver(registry))
+    ops.fake.fail_next(FakeFailure.DECLINED)
+    with pytest.raises(EffectRejected):
+        ledger.execute(
+            ops.adapter, EffectRequest(operation="charge", params={"n": 1}), intent_key="invoice:r:collect:v1"
+        )
+    ops.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
+    with pytest.raises(EffectUnknown):
+        ledger.execute(
+            ops.adapter, EffectRequest(operation="charge", params={"n": 2}), intent_key="invoice:u:collect:v1"
+        )
+    for n in range(2):
+        ledger.execute(
+            ops.adapter, EffectRequest(operation="charge", params={"n": n}), intent_key=f"invoice:c{n}:collect:v1"
+        )
+    ledger.execute(ops.adapter, EffectRequest(operation="charge", params={"n": 0}), intent_key="invoice:c0:collect:v1")
+
+    def dispatched(outcome: str) -> float | None:
+        labels = {"tenant": "default", "provider": "fake", "outcome": outcome}
+        return registry.get_sample_value("safe_effects_dispatches_total", labels)
+
+    assert (dispatched("confirmed"), dispatched("rejected"), dispatched("unknown")) == (
+        2,
+        1,
+        1,
+    )  # a repeat is not a call
+    assert len(ops.fake.effects()) == 3  # two confirmed and the one whose answer was lost
+    statuses = {k: ledger.get(f"invoice:{k}:collect:v1").status for k in ("r", "u", "c0", "c1")}
+    assert statuses == {"r": "rejected", "u": "unknown", "c0": "confirmed", "c1": "confirmed"}
 
 
 def test_cli_prints_and_serves_the_same_numbers(ops: Ops) -> None:

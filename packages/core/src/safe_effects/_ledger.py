@@ -746,7 +746,9 @@ class Ledger:
             raise
         except Exception as down:  # LedgerUnavailable, or anything else that kept the answer from being written
             raise self._unrecorded(record, to, result_id, down) from down
-        if method != "provider_response":
+        if method == "provider_response":
+            self._observe("dispatch", finished, outcome=to.value)
+        else:
             self._observe("reconciliation", finished, method=method, outcome=to.value)
         try:
             self._after_settled(finished)

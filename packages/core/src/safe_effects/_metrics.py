@@ -15,13 +15,17 @@ from typing import Any
 
 from ._clock import Clock, system_clock
 from ._errors import MissingDependency
-from ._states import EffectStatus
+from ._states import UNSETTLED, EffectStatus
 from ._store import Store
+
+# the statuses a scrape counts, in the order they are exported: the few the status index serves cheaply
+_COUNTED = tuple(status for status in EffectStatus if status in UNSETTLED)
 
 # what a scrape reads: (tenant, provider, status, count) rows, and the oldest unknown's update time by provider
 _Numbers = tuple[list[tuple[str, str, EffectStatus, int]], dict[str, datetime]]
 # event -> (metric attribute, label names); labels an event lacks are exported as ""
 _EVENTS: Mapping[str, tuple[str, tuple[str, ...]]] = {
+    "dispatch": ("dispatches", ("tenant", "provider", "outcome")),
     "reconciliation": ("reconciliations", ("tenant", "provider", "method", "outcome")),
     "intent_conflict": ("intent_conflicts", ("tenant", "provider")),
     "claim_contended": ("claim_contentions", ("tenant", "provider")),
@@ -82,7 +86,11 @@ class _Reader:
 
 
 class StoreCollector:
-    """Effect counts by status and the age of the oldest unknown, read from the store at each scrape.
+    """Counts of unsettled effects by status and the age of the oldest unknown, read from the store at each scrape.
+
+    Only the unsettled statuses (prepared, in_flight, unknown) are counted: the store's status index serves
+    them, and they are what an operator alerts on. Counting confirmed ones would read the whole history at
+    every scrape, seconds on a ledger of tens of millions of rows; their rate comes from the counters.
 
     A scrape waits at most ``timeout`` seconds for the store, then reports ``safe_effects_store_up 0``: a
     scrape slower than Prometheus' ``scrape_timeout`` (10 s by default) fails, and ``store_up`` is never
@@ -95,6 +103,7 @@ class StoreCollector:
         self.timeout = timeout
         self._core = prometheus().core
         self._reader = _Reader(self._query)
+        self._groups: set[tuple[str, str]] = set()  # (tenant, provider) seen: their zeros keep the series
 
     def describe(self) -> Iterator[Any]:
         """Names only, so registering does not query the store."""
@@ -108,12 +117,12 @@ class StoreCollector:
             yield up
             return
         counts, oldest_unknown = numbers
-        by_group: dict[tuple[str, str], dict[EffectStatus, int]] = {}
-        for tenant, provider, status, count in counts:
-            by_group.setdefault((tenant, provider), {})[status] = count
-        for (tenant, provider), statuses in by_group.items():
-            for status in EffectStatus:  # zeros too, so a series does not vanish when its last record settles
-                effects.add_metric([tenant, provider, status.value], statuses.get(status, 0))
+        found = {(tenant, provider, status): count for tenant, provider, status, count in counts}
+        # a new set, swapped in whole: two scrapes at once never iterate a set the other is changing
+        self._groups = groups = self._groups | {(tenant, provider) for tenant, provider, _, _ in counts}
+        for tenant, provider in sorted(groups):
+            for status in _COUNTED:  # zeros too, so a series does not vanish when its last record settles
+                effects.add_metric([tenant, provider, status.value], found.get((tenant, provider, status), 0))
         now = self.clock()
         for provider, updated_at in oldest_unknown.items():
             oldest.add_metric([provider], max(0.0, (now - updated_at).total_seconds()))
@@ -121,14 +130,15 @@ class StoreCollector:
         yield from (effects, oldest, up)
 
     def _query(self) -> _Numbers:
-        return self.store.status_counts(), self.store.oldest_updated(EffectStatus.UNKNOWN)
+        return self.store.status_counts(_COUNTED), self.store.oldest_updated(EffectStatus.UNKNOWN)
 
     def _families(self) -> tuple[Any, Any, Any]:
         gauge = self._core.GaugeMetricFamily
         return (
             gauge(
                 "safe_effects_effects",
-                "Effect records by tenant, provider and status (read from the ledger store)",
+                "Unsettled effect records (prepared, in_flight, unknown) by tenant, provider and status, read from "
+                "the ledger store",
                 labels=["tenant", "provider", "status"],
             ),
             gauge(
@@ -150,6 +160,12 @@ class PrometheusObserver:
         def counter(name: str, doc: str, labels: tuple[str, ...]) -> Any:
             return client.Counter(name, doc, labels, registry=registry)
 
+        self.dispatches = counter(
+            "safe_effects_dispatches",
+            "Provider calls by the outcome the executor recorded: confirmed, rejected, unknown, or prepared when "
+            "retryable refusals ran out",
+            _EVENTS["dispatch"][1],
+        )
         self.reconciliations = counter(
             "safe_effects_reconciliations",
             "Reconciliation steps by method (lookup:<kind>, evidence:<source>, key_replay, operator) and outcome",

@@ -9,7 +9,8 @@ from typing import Protocol
 class Observer(Protocol):
     """Receives one call per notable event. Labels are low-cardinality strings.
 
-    From the executor: ``intent_conflict``, ``claim_contended``, ``compensation`` (provider, tenant) and
+    From the executor: ``intent_conflict``, ``claim_contended``, ``compensation`` (provider, tenant),
+    ``dispatch`` (provider, tenant, outcome — one per provider call whose outcome was recorded) and
     ``reconciliation`` (provider, tenant, method, outcome — one per settlement or inconclusive lookup). From
     the reconciler: ``reconcile_attempt`` (provider, outcome) and ``reconciler_run`` (one per sweep).
     """

@@ -307,7 +307,7 @@ class PostgresStore:
         )
         self._status_counts = _render(
             sql.SQL(
-                "SELECT tenant_id, provider, status, count(*) FROM {} "
+                "SELECT tenant_id, provider, status, count(*) FROM {} WHERE status = ANY(%s) "
                 "GROUP BY tenant_id, provider, status ORDER BY tenant_id, provider, status"
             ).format(intents)
         )
@@ -528,9 +528,10 @@ class PostgresStore:
             rows = cur.execute(self._evidence_for, (tenant, intent_key)).fetchall()
         return [from_row(Evidence, row, self._codec) for row in rows]
 
-    def status_counts(self) -> list[tuple[str, str, EffectStatus, int]]:
+    def status_counts(self, statuses: Collection[EffectStatus]) -> list[tuple[str, str, EffectStatus, int]]:
+        values = [EffectStatus(s).value for s in statuses]
         with self._checkout() as conn:
-            rows = conn.execute(self._status_counts).fetchall()
+            rows = conn.execute(self._status_counts, (values,)).fetchall()
         return [(tenant, provider, EffectStatus(status), count) for tenant, provider, status, count in rows]
 
     def oldest_updated(self, status: EffectStatus) -> dict[str, datetime]:

@@ -348,10 +348,13 @@ class SQLiteStore:
         )
         return [from_row(Evidence, row, _CODEC) for row in rows]
 
-    def status_counts(self) -> list[tuple[str, str, EffectStatus, int]]:
+    def status_counts(self, statuses: Collection[EffectStatus]) -> list[tuple[str, str, EffectStatus, int]]:
+        values = [EffectStatus(s).value for s in statuses]
         rows = self._conn().execute(
             "SELECT tenant_id, provider, status, count(*) FROM effect_intents "
-            "GROUP BY tenant_id, provider, status ORDER BY tenant_id, provider, status"
+            f"WHERE status IN ({', '.join('?' * len(values))}) "
+            "GROUP BY tenant_id, provider, status ORDER BY tenant_id, provider, status",
+            values,
         )
         return [(tenant, provider, EffectStatus(status), count) for tenant, provider, status, count in rows]
 

@@ -91,8 +91,13 @@ class Store(Protocol):
 
     def evidence_for(self, tenant: str, intent_key: str) -> list[Evidence]: ...
 
-    def status_counts(self) -> list[tuple[str, str, EffectStatus, int]]:
-        """(tenant, provider, status, count) for every non-empty group: cheap enough for a metrics scrape."""
+    def status_counts(self, statuses: Collection[EffectStatus]) -> list[tuple[str, str, EffectStatus, int]]:
+        """(tenant, provider, status, count) for every non-empty group in ``statuses``.
+
+        Served by the (status, updated_at) index: the cost follows the records in those statuses, not the
+        ledger's size. The unsettled ones (prepared, in_flight, unknown) are few, cheap enough for a metrics
+        scrape; counting a settled status reads most of the ledger's history.
+        """
         ...
 
     def oldest_updated(self, status: EffectStatus) -> dict[str, datetime]:
