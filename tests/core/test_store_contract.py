@@ -346,6 +346,31 @@ def test_list_by_status_oldest_first_with_filters_and_limit(store: Store) -> Non
     assert store.list_by_status([S.REJECTED]) == []
 
 
+def test_listing_several_statuses_pages_through_each_record_once_in_order(store: Store) -> None:
+    """Several statuses are read one ordered run each and merged: every page, across statuses and equal
+    ``updated_at`` values, continues exactly where the cursor left off."""
+    minute = timedelta(minutes=1)
+    rows = [
+        make(f"p:{i}:x:v1", status=status, at=T0 + (i // 3) * minute, tenant=tenant)
+        for i, (status, tenant) in enumerate(
+            (status, tenant) for status in (S.UNKNOWN, S.IN_FLIGHT, S.CONFIRMED) for tenant in ("default", "acme")
+        )
+    ]
+    for row in rows:
+        store.insert_if_absent(row, actor="seed")
+    statuses = [S.CONFIRMED, S.UNKNOWN, S.IN_FLIGHT]
+    ordered = sorted(rows, key=lambda r: (r.updated_at, r.tenant, r.intent_key))
+    seen: list[EffectRecord] = []
+    after: tuple[datetime, str, str] | None = None
+    while page := store.list_by_status(statuses, limit=2, after=after):
+        assert len(page) <= 2
+        seen += page
+        after = (page[-1].updated_at, page[-1].tenant, page[-1].intent_key)
+    assert [(r.tenant, r.intent_key) for r in seen] == [(r.tenant, r.intent_key) for r in ordered]
+    first = store.list_by_status(statuses, limit=3, updated_before=T0 + minute)
+    assert [(r.tenant, r.intent_key) for r in first] == [(r.tenant, r.intent_key) for r in ordered[:3]]
+
+
 def test_find_by_provider_key(store: Store) -> None:
     store.insert_if_absent(make(provider_key="pk_1"), actor="t")
     store.insert_if_absent(make("a:2:x:v1", provider_key="pk_2", provider="other"), actor="t")
@@ -411,23 +436,14 @@ def test_counting_unsettled_statuses_does_not_read_the_history(store: Store) -> 
     served by the status index, not a scan of every confirmed record the ledger has ever kept."""
     statuses = [S.PREPARED, S.IN_FLIGHT, S.UNKNOWN]
     if isinstance(store, SQLiteStore):
-        conn = store._conn()
-        ran: list[str] = []
-        conn.set_trace_callback(ran.append)
-        try:
-            store.status_counts(statuses)
-        finally:
-            conn.set_trace_callback(None)
-        (query,) = [q for q in ran if "count(*)" in q]
-        plan = " | ".join(row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {query}"))
-        assert "USING INDEX effect_intents_status_updated" in plan or "USING COVERING INDEX" in plan, plan
-        assert "SCAN effect_intents" not in plan, plan
+        plans = sqlite_plans(store, lambda s: (s.status_counts(statuses), s.oldest_updated(S.UNKNOWN)))
+        assert len(plans) == 2, plans
+        for plan in plans.values():
+            assert "USING INDEX effect_intents_status_updated" in plan, plan
+            assert "SCAN effect_intents" not in plan, plan
     else:
         assert isinstance(store, PostgresStore)
-        with store._checkout() as conn, conn.transaction():
-            conn.execute("SET LOCAL enable_seqscan = off")  # with a seq scan priced out, only an index can serve it
-            explained = conn.execute(b"EXPLAIN " + store._status_counts, ([s.value for s in statuses],)).fetchall()
-        plan = " | ".join(row[0] for row in explained)
+        plan = postgres_plan(store, store._status_counts, ([s.value for s in statuses],))
         assert "effect_intents_status_updated" in plan, plan
         assert "Seq Scan" not in plan, plan
 
@@ -611,31 +627,94 @@ def test_malicious_tenants_are_refused_before_any_sql(store: Store, tenant: str)
 # --- the (status, updated_at) index ---
 
 
-def test_list_by_status_uses_the_status_index(store: Store, request: pytest.FixtureRequest) -> None:
+# SQLite's planner with statistics like a ledger of a million settled records (ANALYZE writes them, and so
+# does PRAGMA optimize): without STAT4 it takes each status for a sixth of the table
+_BIG_LEDGER_STATS = [
+    ("effect_intents", "effect_intents_status_updated", "1000000 166667 1"),
+    ("effect_intents", "sqlite_autoindex_effect_intents_1", "1000000 50000 1"),
+    ("effect_intents", "effect_intents_provider_key", "1000000 333334 1"),
+]
+
+
+def sqlite_plans(store: SQLiteStore, run: Callable[[SQLiteStore], object]) -> dict[str, str]:
+    """Each statement ``run`` makes a fresh store on ``store``'s file execute, with the plan SQLite picks for
+    it under big-ledger statistics."""
+    with sqlite3.connect(store.path) as conn:
+        conn.execute("ANALYZE")
+        conn.execute("DELETE FROM sqlite_stat1")
+        conn.executemany("INSERT INTO sqlite_stat1 VALUES (?, ?, ?)", _BIG_LEDGER_STATS)
+    conn.close()
+    fresh = SQLiteStore(store.path)  # a new connection loads the statistics
+    try:
+        ran: list[str] = []
+        fresh._conn().set_trace_callback(ran.append)
+        run(fresh)
+        fresh._conn().set_trace_callback(None)
+        statements = [q for q in ran if q.lstrip().upper().startswith(("SELECT", "DELETE"))]
+        return {q: " | ".join(row[3] for row in fresh._conn().execute(f"EXPLAIN QUERY PLAN {q}")) for q in statements}
+    finally:
+        fresh.close()
+
+
+def postgres_plan(store: PostgresStore, query: bytes, params: Any) -> str:
+    """The plan PostgreSQL picks when only an index can serve ``query`` (a small table is cheaper to scan)."""
+    with store._checkout() as conn, conn.transaction():
+        conn.execute("SET LOCAL enable_seqscan = off")
+        conn.execute("SET LOCAL enable_bitmapscan = off")  # an ordered read, or a sort of all that matched
+        return " | ".join(row[0] for row in conn.execute(b"EXPLAIN " + query, params))
+
+
+def test_listing_reads_each_status_in_index_order(store: Store) -> None:
+    """A listing (the reconciler's candidates, an operator's ``list``, a purge batch) reads one ordered,
+    limited run of the (status, updated_at) index per status: with ``status IN (...)`` it would read and sort
+    every record of those statuses, the whole history for a settled one, to return the first page."""
     seed_listing(store)
-    statuses = [S.UNKNOWN, S.IN_FLIGHT]
+    statuses = [S.CONFIRMED, S.REJECTED]
+    after = (T0, "default", "a:0:x:v1")
     if isinstance(store, SQLiteStore):
-        query, params = store._list_query(statuses, tenant=None, provider=None, updated_before=T0, limit=10)
-        with sqlite3.connect(store.path) as conn:
-            plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {query}", params)]
-        conn.close()
-        assert any("USING INDEX effect_intents_status_updated" in step for step in plan), plan
-        assert not any(step.startswith("SCAN effect_intents") for step in plan), plan
+        plans = sqlite_plans(store, lambda s: s.list_by_status(statuses, updated_before=T0, limit=10, after=after))
+        (plan,) = plans.values()
+        assert plan.count("USING INDEX effect_intents_status_updated (status=?") == len(statuses), plan
+        assert "SCAN effect_intents" not in plan, plan
         return
     assert isinstance(store, PostgresStore)
-    import psycopg
+    query, params = store._list_query(statuses, tenant=None, provider=None, updated_before=T0, limit=10, after=after)
+    plan = postgres_plan(store, query, params)
+    assert plan.count("Index Scan using effect_intents_status_updated") == len(statuses), plan
 
-    query, params = store._list_query(statuses, tenant=None, provider=None, updated_before=T0, limit=10)
-    with psycopg.connect(request.getfixturevalue("pg_url")) as conn:
-        index = conn.execute(
-            "SELECT indexdef FROM pg_indexes WHERE schemaname = %s AND indexname = %s",
-            (store.schema, "effect_intents_status_updated"),
-        ).fetchone()
-        assert index is not None
-        assert "(status, updated_at)" in index[0]
-        conn.execute("SET enable_seqscan = off")  # a 5-row table is cheaper to scan: ask what it would use
-        plan = "\n".join(row[0] for row in conn.execute(b"EXPLAIN " + query, params))
-    assert "effect_intents_status_updated" in plan, plan
+
+def test_purge_deletes_by_primary_key(store: Store) -> None:
+    """A purge batch deletes its keys one primary-key lookup each: on SQLite it holds the write lock the
+    executor waits on, and a delete that walked every record below the cutoff held it for half a second."""
+    seed_listing(store)
+    cutoff = T0 + timedelta(minutes=1)
+    if isinstance(store, SQLiteStore):
+
+        def purge(fresh: SQLiteStore) -> None:
+            assert fresh.purge(statuses=[S.CONFIRMED], updated_before=cutoff, keys=[("default", "a:5:x:v1")]) == 1
+            assert fresh.purge(statuses=[S.UNKNOWN], updated_before=T0 + timedelta(hours=1), limit=2) == 2
+
+        plans = sqlite_plans(store, purge)
+        deletes = [plan for query, plan in plans.items() if query.lstrip().upper().startswith("DELETE")]
+        assert len(deletes) == 3, plans  # one per key
+        for plan in deletes:
+            assert "USING INDEX sqlite_autoindex_effect_intents_1 (tenant_id=? AND intent_key=?)" in plan, plan
+        assert keys(store.list_by_status([S.UNKNOWN])) == ["a:1:x:v1"]  # the two oldest went
+        return
+    assert isinstance(store, PostgresStore)
+    with store._checkout() as conn:  # a history below the cutoff, analysed: the planner weighs it as a ledger's
+        conn.execute(
+            f"INSERT INTO {store.schema}.effect_intents (tenant_id, intent_key, provider, operation, request_digest, "
+            "status, version, attempt_count, summary, created_at, updated_at) SELECT 'default', 'h:' || g || ':x:v1', "
+            "'fake', 'charge', %s, 'confirmed', 2, 1, '{}', %s, %s FROM generate_series(1, 20000) AS g",
+            (DIGEST, T0 - timedelta(days=1), T0 - timedelta(days=1)),
+        )
+        conn.execute(f"ANALYZE {store.schema}.effect_intents")
+    values = {"s": ["confirmed"], "cutoff": cutoff, "tenants": ["default"], "keys": ["a:5:x:v1"]}
+    plan = postgres_plan(store, store._purge_keys, values)
+    assert "effect_intents_pkey" in plan, plan
+    assert store.purge(statuses=[S.UNKNOWN], updated_before=T0 + timedelta(hours=1), limit=2) == 2
+    assert keys(store.list_by_status([S.UNKNOWN])) == ["a:1:x:v1"]
 
 
 # --- store URLs ---

@@ -29,7 +29,8 @@ from ._rows import (
     first_audit,
     from_row,
     json_text,
-    list_filters,
+    list_statement,
+    oldest_keys,
     plan_transition,
     purge_statuses,
     row_encoder,
@@ -282,7 +283,7 @@ class PostgresStore:
                 "RETURNING {}), audited AS ({}) SELECT 1 FROM changed"
             ).format(returned, audit_insert)
         )
-        self._list_head = _render(select + sql.SQL("WHERE status = ANY(%s)"))
+        self._records_select = _render(select).decode().rstrip()  # list_statement composes per-status reads
         self._by_provider_key = _render(
             select + sql.SQL("WHERE provider = %s AND provider_key = %s ORDER BY created_at")
         )
@@ -313,13 +314,6 @@ class PostgresStore:
         )
         self._oldest = _render(
             sql.SQL("SELECT provider, min(updated_at) FROM {} WHERE status = %s GROUP BY provider").format(intents)
-        )
-        self._purge = _render(
-            sql.SQL(
-                "DELETE FROM {0} WHERE status = ANY(%(s)s) AND updated_at < %(cutoff)s AND (tenant_id, intent_key) IN "
-                "(SELECT tenant_id, intent_key FROM {0} WHERE status = ANY(%(s)s) AND updated_at < %(cutoff)s "
-                "ORDER BY updated_at, tenant_id, intent_key LIMIT %(limit)s)"
-            ).format(intents)
         )
         self._purge_keys = _render(
             sql.SQL(
@@ -470,19 +464,18 @@ class PostgresStore:
         after: tuple[datetime, str, str] | None = None,
     ) -> tuple[bytes, list[Any]]:
         """The list_by_status SQL and its parameters (kept apart so a test can EXPLAIN exactly this)."""
-        params: list[Any] = [[EffectStatus(s).value for s in statuses]]
-        query = self._list_head
-        for condition, value in list_filters(
-            self._codec, tenant=tenant, provider=provider, updated_before=updated_before
-        ):
-            query += b" AND " + condition.format("%s").encode()
-            params.append(value)
-        if after is not None:
-            at = self._codec.time_out(utc(after[0], "after"))
-            query += b" AND updated_at >= %s AND (updated_at, tenant_id, intent_key) > (%s, %s, %s)"
-            params += [at, at, check_tenant(after[1]), after[2]]
-        params.append(limit)
-        return query + b" ORDER BY updated_at, tenant_id, intent_key LIMIT %s", params
+        query, params = list_statement(
+            self._records_select,
+            statuses,
+            mark="%s",
+            codec=self._codec,
+            tenant=tenant,
+            provider=provider,
+            updated_before=updated_before,
+            limit=limit,
+            after=after,
+        )
+        return query.encode(), params
 
     def list_by_status(
         self,
@@ -551,14 +544,14 @@ class PostgresStore:
         values = purge_statuses(statuses, limit, keys)
         if not values:
             return 0
-        params: dict[str, Any] = {"s": values, "cutoff": utc(updated_before, "updated_before"), "limit": limit}
-        query = self._purge
-        if keys is not None:
-            params["tenants"] = [check_tenant(tenant) for tenant, _ in keys]
-            params["keys"] = [key for _, key in keys]
-            query = self._purge_keys
+        cutoff = utc(updated_before, "updated_before")
+        if keys is None and not (keys := oldest_keys(self, statuses, updated_before, limit)):
+            return 0
+        params: dict[str, Any] = {"s": values, "cutoff": cutoff}
+        params["tenants"] = [check_tenant(tenant) for tenant, _ in keys]
+        params["keys"] = [key for _, key in keys]
         with self._checkout() as conn:
-            return conn.execute(query, params).rowcount
+            return conn.execute(self._purge_keys, params).rowcount
 
     # -- pending approvals (two-person rule) -------------------------------------------------------------
 

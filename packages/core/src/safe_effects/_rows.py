@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from enum import Enum
 from functools import lru_cache
 from operator import attrgetter
-from typing import Any, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, TypeVar, get_args
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
@@ -18,6 +18,9 @@ from ._keys import IntentKey
 from ._records import AuditEntry, EffectRecord
 from ._states import EffectStatus, check_transition
 from ._tenants import check_tenant
+
+if TYPE_CHECKING:
+    from ._store import Store
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -120,18 +123,57 @@ def to_row(model: BaseModel, codec: Codec, fields: Collection[str] | None = None
     return dict(zip(encoder.columns, encoder.values(model), strict=True))
 
 
-def list_filters(
-    codec: Codec, *, tenant: str | None, provider: str | None, updated_before: datetime | None
-) -> list[tuple[str, Any]]:
-    """``list_by_status``'s optional filters, validated, as (condition with ``{}`` for the placeholder, value)."""
-    filters: list[tuple[str, Any]] = []
+def list_statement(
+    select: str,
+    statuses: Collection[EffectStatus],
+    *,
+    mark: str,
+    codec: Codec,
+    tenant: str | None,
+    provider: str | None,
+    updated_before: datetime | None,
+    limit: int,
+    after: tuple[datetime, str, str] | None,
+) -> tuple[str, list[Any]]:
+    """``list_by_status``'s SQL (``select`` is ``SELECT <columns> FROM <intents>``, ``mark`` the placeholder)
+    and its parameters, filters validated.
+
+    One ordered, limited read of the (status, updated_at) index per status, merged by an outer ORDER BY: a
+    single ``status IN (...)`` cannot be read in ``updated_at`` order, so the database would read and sort
+    every record of those statuses, the whole history for a settled one, to return the first ``limit``.
+    """
+    conditions: list[tuple[str, Any]] = []
     if tenant is not None:
-        filters.append(("tenant_id = {}", check_tenant(tenant)))
+        conditions.append((f"tenant_id = {mark}", check_tenant(tenant)))
     if provider is not None:
-        filters.append(("provider = {}", provider))
+        conditions.append((f"provider = {mark}", provider))
     if updated_before is not None:
-        filters.append(("updated_at < {}", codec.time_out(utc(updated_before, "updated_before"))))
-    return filters
+        conditions.append((f"updated_at < {mark}", codec.time_out(utc(updated_before, "updated_before"))))
+    cursor: list[Any] = []
+    where = ""
+    if after is not None:  # the first bound lets the index start at the cursor; the row comparison breaks ties
+        at = codec.time_out(utc(after[0], "after"))
+        where = f" AND updated_at >= {mark} AND (updated_at, tenant_id, intent_key) > ({mark}, {mark}, {mark})"
+        cursor = [at, at, check_tenant(after[1]), after[2]]
+    where = "".join(f" AND {condition}" for condition, _ in conditions) + where
+    values = [value for _, value in conditions] + cursor
+    order = f" ORDER BY updated_at, tenant_id, intent_key LIMIT {mark}"
+    parts = [
+        (f"{select} WHERE status = {mark}{where}{order}", [EffectStatus(s).value, *values, limit]) for s in statuses
+    ]
+    if len(parts) == 1:
+        return parts[0]
+    merged = " UNION ALL ".join(f"SELECT * FROM ({query}) AS s{i}" for i, (query, _) in enumerate(parts))
+    return merged + order, [value for _, params in parts for value in params] + [limit]
+
+
+def oldest_keys(
+    store: Store, statuses: Collection[EffectStatus], updated_before: datetime, limit: int
+) -> list[tuple[str, str]]:
+    """(tenant, intent key) of the ``limit`` least recently updated records in ``statuses`` before the cutoff:
+    what a purge without keys deletes, found by the same ordered per-status reads as a listing."""
+    records = store.list_by_status(statuses, updated_before=updated_before, limit=limit)
+    return [(record.tenant, record.intent_key) for record in records]
 
 
 def purge_statuses(
