@@ -344,6 +344,7 @@ def test_list_by_status_oldest_first_with_filters_and_limit(store: Store) -> Non
     assert keys(store.list_by_status([S.UNKNOWN], updated_before=cutoff)) == ["a:2:x:v1"]
     assert store.list_by_status([]) == []
     assert store.list_by_status([S.REJECTED]) == []
+    assert keys(store.list_by_status([S.IN_FLIGHT, S.IN_FLIGHT, "in_flight"])) == ["a:4:x:v1"]  # type: ignore[list-item]
 
 
 def test_listing_several_statuses_pages_through_each_record_once_in_order(store: Store) -> None:

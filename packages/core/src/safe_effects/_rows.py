@@ -158,9 +158,8 @@ def list_statement(
     where = "".join(f" AND {condition}" for condition, _ in conditions) + where
     values = [value for _, value in conditions] + cursor
     order = f" ORDER BY updated_at, tenant_id, intent_key LIMIT {mark}"
-    parts = [
-        (f"{select} WHERE status = {mark}{where}{order}", [EffectStatus(s).value, *values, limit]) for s in statuses
-    ]
+    distinct = dict.fromkeys(EffectStatus(s).value for s in statuses)  # a status named twice is read once
+    parts = [(f"{select} WHERE status = {mark}{where}{order}", [status, *values, limit]) for status in distinct]
     if len(parts) == 1:
         return parts[0]
     merged = " UNION ALL ".join(f"SELECT * FROM ({query}) AS s{i}" for i, (query, _) in enumerate(parts))
