@@ -254,6 +254,18 @@ def test_a_schema_name_postgres_would_truncate_is_refused(pg_url: str) -> None:
 
 
 @pytest.mark.postgres
+@pytest.mark.parametrize("encoded", ["se_test_50%25_off", "se_test_%00nul"])
+def test_a_schema_name_with_percent_or_nul_is_refused_before_anything_is_created(pg_url: str, encoded: str) -> None:
+    """Statements are rendered with the schema inside and run with parameters: psycopg would take a % in the
+    name for a placeholder and fail every statement with its own error."""
+    with pytest.raises(InvalidInput, match="'%' or NUL"):
+        Ledger.open(f"{pg_url}?schema={encoded}")
+    with psycopg.connect(pg_url) as admin:
+        created = admin.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'se_test_%%'").fetchall()
+    assert not [name for (name,) in created if "off" in name or "nul" in name]
+
+
+@pytest.mark.postgres
 @pytest.mark.parametrize("backend", ["postgres"])
 def test_url_parameters_reach_libpq_as_written(store_url: str, pg_url: str) -> None:
     """Re-encoding the query would turn %20 into +, which libpq passes on as a plus sign."""

@@ -216,6 +216,10 @@ class PostgresStore:
                 f"schema {schema[:80]!r} is {len(schema.encode())} bytes; PostgreSQL names hold at most "
                 f"{_MAX_IDENTIFIER_BYTES}"
             )
+        if "%" in schema or "\x00" in schema:
+            # statements are rendered once with the schema inside, then run with parameters: psycopg would read
+            # a % in the name as a placeholder (and PostgreSQL holds no NUL)
+            raise InvalidInput(f"schema {schema!r} holds a '%' or NUL character, which this store cannot use in names")
         self.schema = schema
         self._connection_type = psycopg.Connection
         self._dict_row = dict_row
