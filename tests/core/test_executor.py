@@ -24,6 +24,7 @@ from safe_effects import (
     EvidenceVerdict,
     IllegalTransition,
     IntentConflict,
+    IntentNotFound,
     InvalidInput,
     InvalidIntentKey,
     InvalidTenant,
@@ -81,6 +82,32 @@ def make_env(
 @pytest.fixture
 def env(store_url: str, tmp_path: Path) -> Env:
     return make_env(store_url, tmp_path)
+
+
+class LookupOnlyAdapter(GenericFakeAdapter):
+    """An adapter that says up front it sends nothing (its optional ``refusal`` hook)."""
+
+    def refusal(self, request: EffectRequest) -> str | None:
+        return "this adapter only looks effects up"
+
+
+def test_a_new_intent_the_adapter_cannot_send_is_refused_before_anything_is_recorded(env: Env) -> None:
+    """Recorded as rejected, it would hold the key against an adapter that can send it."""
+    lookup_only = LookupOnlyAdapter(env.fake, env.adapter.contract)
+    for call in (
+        lambda: env.ledger.execute(lookup_only, CHARGE, intent_key=KEY),
+        lambda: env.ledger.prepare(lookup_only, CHARGE, intent_key=KEY),
+    ):
+        with pytest.raises(InvalidInput, match="only looks effects up; nothing was recorded"):
+            call()
+        with pytest.raises(IntentNotFound):
+            env.record()
+    assert env.fake.effects() == []
+    confirmed = env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)  # the key is free for one that can send
+    again = env.ledger.execute(lookup_only, CHARGE, intent_key=KEY)  # recorded now: answered from the ledger
+    assert again.from_ledger
+    assert again.record == confirmed.record
+    assert len(env.fake.effects()) == 1
 
 
 def test_happy_path_then_answer_from_ledger(env: Env) -> None:

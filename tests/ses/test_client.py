@@ -20,6 +20,7 @@ from safe_effects import (
     Ledger,
     LookupStatus,
     MissingIntentKey,
+    Operator,
 )
 from ses_safe import INTENT_TAG, TENANT_TAG, MissingConfigurationSet, ReservedTagName
 from ses_safe.testing import MotoFaultProxy, moto_sent_messages
@@ -258,3 +259,24 @@ def test_region_name_is_the_second_positional_argument_like_boto3(
     assert client.meta.region_name == client.without_ledger(reason="a region check").meta.region_name == "us-east-1"
     [sent] = moto_sent_messages(moto)
     assert ledger.get(KEY).provider_result_id == answer["MessageId"] == sent["id"]
+
+
+def test_an_operator_compensation_the_adapter_cannot_send_is_refused_before_anything_is_recorded(
+    sesv2: Any, ledger: Ledger, raw_client: Any, moto: str, v2_email: dict[str, Any]
+) -> None:
+    """``safe-effects compensate`` passes params only, which SesAdapter cannot send: refused with nothing
+    recorded, so neither the compensation's key nor the original is held by a rejection that never sent."""
+    sesv2.send_email(IntentKey=KEY, **v2_email)
+    original = ledger.get(KEY)
+    adapter, operator = ses_safe.SesAdapter(raw_client("sesv2")), Operator(ledger)
+    for operation, refusal in (("sesv2.send_email", r"SendPayload.*nothing was recorded"), ("send", "no operation")):
+        with pytest.raises(InvalidInput, match=refusal):
+            operator.compensate(
+                adapter, original_key=KEY, compensating_key="signup:u_1:apology:v1", operation=operation,
+                params={"FromEmailAddress": v2_email["FromEmailAddress"]}, operator="alice", reason="wrong text",
+                expect_version=original.version,
+            )  # fmt: skip
+    with pytest.raises(IntentNotFound):
+        ledger.get("signup:u_1:apology:v1")
+    assert ledger.get(KEY) == original
+    assert len(moto_sent_messages(moto)) == 1

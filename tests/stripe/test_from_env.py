@@ -9,11 +9,11 @@ import sys
 import pytest
 
 from safe_effects import (
-    EffectRejected,
     EffectRequest,
     EffectStatus,
     EffectUnknown,
-    IllegalTransition,
+    IntentNotFound,
+    InvalidInput,
     Operator,
     SafeEffectsError,
 )
@@ -72,22 +72,32 @@ def test_the_cli_reconciler_finds_the_registered_stripe_adapter(env: Env) -> Non
     assert env.posts() == 1
 
 
-def test_a_refund_through_the_lookup_only_adapter_is_rejected_before_anything_is_sent(env: Env) -> None:
+def test_a_refund_through_the_lookup_only_adapter_is_refused_before_anything_is_recorded(env: Env) -> None:
     """``safe-effects compensate`` builds the registered adapter from the environment: it cannot send, so the
-    refund is recorded rejected (nothing happened), never unknown, and the original stays confirmed."""
-    env.client.v1.payment_intents.create(params=PI, options={"idempotency_key": KEY})  # type: ignore[arg-type]
+    refund is refused before the ledger records it. Nothing names it on the original, and the application's
+    own refund under the same key goes through afterwards (a recorded rejection would have held that key)."""
+    pi = env.client.v1.payment_intents.create(params=PI, options={"idempotency_key": KEY})  # type: ignore[arg-type]
+    confirmed = env.record()
     adapter = adapter_from_env({"STRIPE_API_KEY": "sk_test_operator", "STRIPE_API_BASE": env.fake.url})
     refund = "invoice:inv_42:refund:v1"
-    with pytest.raises(EffectRejected, match="only looks effects up"):
+    with pytest.raises(InvalidInput, match=r"only looks effects up.*nothing was recorded"):
         Operator(env.ledger).compensate(
             adapter, original_key=KEY, compensating_key=refund, operation="refunds.create",
-            params={"payment_intent": env.fake.payment_intents[0]["id"]}, operator="alice", reason="cancelled",
-            expect_version=env.record().version,
+            params={"payment_intent": pi.id}, operator="alice", reason="cancelled",
+            expect_version=confirmed.version,
         )  # fmt: skip
     assert env.posts("/v1/refunds") == 0
     assert env.fake.effect_count("refunds.create") == 0
-    assert env.record(refund).status is EffectStatus.REJECTED
-    assert env.record().status is EffectStatus.CONFIRMED
+    with pytest.raises(IntentNotFound):
+        env.ledger.get(refund)
+    assert env.record() == confirmed  # not even named: same status, version and compensated_by
+    made = env.client.compensating(KEY).v1.refunds.create(
+        params={"payment_intent": pi.id}, options={"idempotency_key": refund}
+    )  # type: ignore[arg-type]
+    assert made.id == env.fake.refunds[0]["id"]
+    assert env.fake.effect_count("refunds.create") == 1
+    assert env.record(refund).status is EffectStatus.CONFIRMED
+    assert env.record().status is EffectStatus.COMPENSATED
 
 
 def test_a_refund_in_doubt_stays_unknown_when_the_lookup_only_adapter_refuses_its_replay(env: Env) -> None:
@@ -110,7 +120,7 @@ def test_a_refund_in_doubt_stays_unknown_when_the_lookup_only_adapter_refuses_it
             expect_version=env.record().version,
         )  # fmt: skip
     assert env.record(refund).status is EffectStatus.UNKNOWN
-    with pytest.raises(IllegalTransition, match="holds it"):
+    with pytest.raises(InvalidInput, match=r"only looks effects up.*nothing was recorded"):
         operator.compensate(
             adapter, original_key=KEY, compensating_key="invoice:inv_42:refund:v2", operation="refunds.create",
             params={"path": "/v1/refunds", "params": params}, operator="alice", reason="again",

@@ -79,7 +79,13 @@ class EffectRequest:
 
 
 class ProviderAdapter(Protocol[ResponseT]):
-    """One per provider package. The executor calls nothing else."""
+    """One per provider package. The executor calls nothing else.
+
+    Optional: ``refusal(request) -> str | None``, why this adapter cannot send ``request`` at all (one built
+    only to look effects up, or a request it cannot carry), said before anything is recorded. The ledger
+    then refuses a new intent through it with :class:`InvalidInput` and writes nothing, so the key stays free
+    for an adapter that can send it. ``dispatch`` must still refuse such a request.
+    """
 
     provider: str
 
@@ -110,3 +116,9 @@ class ProviderAdapter(Protocol[ResponseT]):
     def lookup(self, record: EffectRecord) -> LookupResult:
         """Ask the provider whether the effect happened, without causing it."""
         ...
+
+
+def refusal_of(adapter: object, request: EffectRequest) -> str | None:
+    """The adapter's own reason it cannot send ``request`` (its optional ``refusal`` hook), or None."""
+    hook = getattr(adapter, "refusal", None)
+    return hook(request) if callable(hook) else None

@@ -25,7 +25,15 @@ from tenacity import (
 )
 from tenacity.stop import stop_base
 
-from ._adapter import EffectRequest, LookupResult, LookupStatus, Outcome, ProviderAdapter, Verdict
+from ._adapter import (
+    EffectRequest,
+    LookupResult,
+    LookupStatus,
+    Outcome,
+    ProviderAdapter,
+    Verdict,
+    refusal_of,
+)
 from ._clock import Clock, system_clock
 from ._contract import ProviderContract
 from ._crash import NO_CRASH, CrashPlan, CrashPoint
@@ -196,6 +204,7 @@ class Ledger:
             compensates=compensates,
         )
         contract = adapter.contract_for(request.operation)
+        self._refuse_unsendable(adapter, request, fresh)
         if fresh.compensates is not None:
             self._claim_compensation(fresh)  # refused here: nothing written, nothing sent
         tag = self._unsent.tag()
@@ -236,6 +245,7 @@ class Ledger:
             workflow_id=workflow_id,
             step_id=step_id,
         )
+        self._refuse_unsendable(adapter, request, fresh)
         record, created = self.store.insert_if_absent(
             fresh, actor=self.worker_id, reason="prepare", connection=connection
         )
@@ -397,6 +407,14 @@ class Ledger:
         except ValidationError as error:  # a wrong type from the caller (workflow_id=5): named, typed
             fields = ", ".join(".".join(str(part) for part in e["loc"]) for e in error.errors())
             raise InvalidInput(f"intent {key!r}: invalid {fields}: {error}") from error
+
+    def _refuse_unsendable(self, adapter: ProviderAdapter[Any], request: EffectRequest, fresh: EffectRecord) -> None:
+        """A new intent the adapter says it cannot send is refused before anything is recorded: recorded, even
+        as rejected, it would hold the key (and name a compensation on its original) against the adapter that
+        can send it. An intent already recorded goes on as before: answered from the ledger, or reconciled."""
+        why = refusal_of(adapter, request)
+        if why is not None and self.store.get(fresh.tenant, fresh.intent_key) is None:
+            raise InvalidInput(f"intent {fresh.intent_key!r}: {why}; nothing was recorded")
 
     def _resume(
         self,

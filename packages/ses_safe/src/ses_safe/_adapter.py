@@ -58,19 +58,27 @@ class SesAdapter:
         return self._client
 
     def contract_for(self, operation: str) -> ProviderContract:
-        return CONTRACTS[operation]
+        contract = CONTRACTS.get(operation)
+        if contract is None:  # an operator's typo in `compensate --operation`, say: named, typed, nothing written
+            raise InvalidInput(f"SES has no operation {operation!r}; ses_safe knows {', '.join(CONTRACTS)}")
+        return contract
 
     def provider_key(self, tenant: str, intent_key: IntentKey) -> str:
         return intent_tag(intent_key)
 
+    def refusal(self, request: EffectRequest) -> str | None:
+        """A request ses_safe's client did not build (an operator's compensate has params only) cannot be sent."""
+        if isinstance(request.payload, SendPayload):
+            return None
+        return (
+            f"SesAdapter sends what ses_safe's client builds (a SendPayload), got {type(request.payload).__name__}: "
+            "send through ses_safe.client(...)"
+        )
+
     def dispatch(self, request: EffectRequest, provider_key: str) -> Response:
         payload = request.payload
-        if not isinstance(payload, SendPayload):
-            # before any I/O (an operator's compensate has params only): recorded rejected, never sent
-            raise InvalidInput(
-                f"SesAdapter sends what ses_safe's client builds (a SendPayload), got {type(payload).__name__}: "
-                "send through ses_safe.client(...)"
-            )
+        if not isinstance(payload, SendPayload):  # before any I/O; the ledger refuses a new intent sooner
+            raise InvalidInput(str(self.refusal(request)))
         method = getattr(self._client, payload.method)
         response: Response = method(**payload.tagged(provider_key))
         return response

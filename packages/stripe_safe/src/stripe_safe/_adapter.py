@@ -99,6 +99,11 @@ class StripeAdapter:
     def provider_key(self, tenant: str, intent_key: IntentKey) -> str:
         return provider_key(tenant, intent_key)
 
+    def refusal(self, request: EffectRequest) -> str | None:
+        """Why this adapter's transport sends nothing (the reconciler's lookup-only one), before any record."""
+        reason = getattr(self._transport, "refusal", None)
+        return reason if isinstance(reason, str) else None
+
     def dispatch(self, request: EffectRequest, provider_key: str) -> StripeObject:
         call: StripeCall = request.payload
         return self._transport.send(call, provider_key)

@@ -17,14 +17,16 @@ from ._contract import CONNECT_TIMEOUT, READ_TIMEOUT
 class _LookupOnly:
     """A transport over a plain ``stripe.StripeClient`` (public ``raw_request``) that refuses every write."""
 
+    refusal = (
+        "the Stripe adapter from adapter_from_env only looks effects up; writes (a refund too) go through a "
+        "stripe_safe.StripeClient, e.g. client.compensating(original_key).v1.refunds.create(...)"
+    )
+
     def __init__(self, client: stripe.StripeClient) -> None:
         self._client = client
 
     def send(self, call: StripeCall, idempotency_key: str) -> stripe.StripeObject:
-        raise InvalidInput(  # before any I/O: the executor records the request rejected, never sent
-            "the Stripe adapter from adapter_from_env only looks effects up; writes (a refund too) go through a "
-            "stripe_safe.StripeClient, e.g. client.compensating(original_key).v1.refunds.create(...)"
-        )
+        raise InvalidInput(self.refusal)  # before any I/O; the ledger refuses a new intent sooner (see refusal)
 
     def read(
         self, url: str, params: Mapping[str, Any] | None = None, options: RequestOptions | None = None
