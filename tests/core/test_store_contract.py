@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import gc
 import multiprocessing
+import os
 import queue as queue_module
 import sqlite3
 import sys
+import threading
 import time
 import uuid
 import weakref
@@ -28,6 +30,7 @@ from safe_effects import (
     IntentKey,
     InvalidInput,
     InvalidTenant,
+    LedgerUnavailable,
     MissingDependency,
     PostgresStore,
     Resolution,
@@ -566,6 +569,34 @@ def test_postgres_keeps_no_hold_on_a_callers_connection(pg_url: str) -> None:
             admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts this process's open files in /proc")
+def test_sqlite_closes_the_connections_of_threads_that_ended(tmp_path: Path) -> None:
+    """A server with a thread per request opens a connection per thread: those of ended threads must not
+    pile up until the process has no file descriptor left (it failed with a raw sqlite3 error)."""
+    store = SQLiteStore(tmp_path / "ledger.db")
+    store.migrate()
+    store.insert_if_absent(make(), actor="t")
+    open_files = len(os.listdir("/proc/self/fd"))
+    try:
+        for _ in range(200):
+            worker = threading.Thread(target=lambda: store.get("default", KEY))
+            worker.start()
+            worker.join()
+        assert len(os.listdir("/proc/self/fd")) - open_files < 10  # was 2 per ended thread
+        assert store.get("default", KEY) == make()
+    finally:
+        store.close()
+
+
+def test_a_sqlite_file_that_cannot_be_opened_is_ledger_unavailable(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "no-such-directory" / "ledger.db")
+    with pytest.raises(LedgerUnavailable, match="could not be opened"):
+        store.insert_if_absent(make(), actor="t")
+    with pytest.raises(LedgerUnavailable, match="could not be opened"):
+        store.get("default", KEY)
+    store.close()
+
+
 def test_sqlite_caller_connections(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "ledger.db")
     store.migrate()
@@ -726,6 +757,13 @@ def test_open_store_rejects_unknown_schemes() -> None:
         open_store("mysql://user:secret@host/db")
     with pytest.raises(InvalidInput):
         open_store("sqlite://relative.db")
+
+
+def test_a_sqlite_url_with_parameters_is_refused_not_taken_for_a_file_name(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'ledger.db'}?busy_timeout=5"
+    with pytest.raises(InvalidInput, match=r"takes no parameters.*SQLiteStore\(path, busy_timeout"):
+        open_store(url)
+    assert list(tmp_path.iterdir()) == []  # no file named 'ledger.db?busy_timeout=5'
 
 
 def test_open_store_parses_paths_and_schema(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ import json
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -107,6 +108,11 @@ def _rows(cursor: sqlite3.Cursor) -> list[dict[str, Any]]:
     return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
+def _alive(owner: weakref.ref[threading.Thread]) -> bool:
+    thread = owner()
+    return thread is not None and thread.is_alive()
+
+
 class SQLiteStore:
     """A :class:`~safe_effects.Store` on one SQLite file.
 
@@ -121,19 +127,41 @@ class SQLiteStore:
         self._busy_timeout = busy_timeout
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._connections: list[sqlite3.Connection] = []
+        # every thread's connection, with its thread: close() closes them all, and a thread that has ended
+        # gets its connection closed when another opens one (a server with a thread per request would
+        # otherwise keep two file descriptors per finished thread, until the process runs out of them)
+        self._connections: list[tuple[weakref.ref[threading.Thread], sqlite3.Connection]] = []
 
     def _conn(self) -> sqlite3.Connection:
         """This thread's connection: sqlite3 connections must not be shared between threads."""
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            # isolation_level=None: no implicit BEGIN, every transaction here is an explicit BEGIN IMMEDIATE
-            conn = sqlite3.connect(self.path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False)
-            self._enable_wal(conn)
-            conn.execute("PRAGMA synchronous = FULL")
+            conn = self._connect()
             self._local.conn = conn
             with self._lock:
-                self._connections.append(conn)
+                ended = [(owner, old) for owner, old in self._connections if not _alive(owner)]
+                self._connections = [(owner, old) for owner, old in self._connections if _alive(owner)]
+                self._connections.append((weakref.ref(threading.current_thread()), conn))
+            for _, old in ended:  # its thread is gone: nothing can be using it
+                old.close()
+        return conn
+
+    def _connect(self) -> sqlite3.Connection:
+        """A new connection in WAL mode with ``synchronous=FULL``; a file that cannot be opened (a missing
+        directory, no file descriptor left, a locked switch to WAL) is :class:`LedgerUnavailable`."""
+        try:
+            # isolation_level=None: no implicit BEGIN, every transaction here is an explicit BEGIN IMMEDIATE
+            conn = sqlite3.connect(self.path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False)
+            try:
+                self._enable_wal(conn)
+                conn.execute("PRAGMA synchronous = FULL")
+            except BaseException:
+                conn.close()
+                raise
+        except sqlite3.OperationalError as error:
+            if error.sqlite_errorname.startswith(_UNAVAILABLE):
+                raise LedgerUnavailable(f"the SQLite ledger {self.path} could not be opened: {error}") from error
+            raise
         return conn
 
     def _enable_wal(self, conn: sqlite3.Connection) -> None:
@@ -154,7 +182,7 @@ class SQLiteStore:
 
         A file that stays locked past the busy timeout, or a disk that fails, is :class:`LedgerUnavailable`.
         """
-        conn = self._conn()
+        conn = self._conn()  # an open failure is LedgerUnavailable already (see _connect)
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -196,7 +224,7 @@ class SQLiteStore:
         """Close every thread's connection (they were opened with check_same_thread=False for this)."""
         with self._lock:
             connections, self._connections = self._connections, []
-        for conn in connections:
+        for _, conn in connections:
             conn.close()
         self._local = threading.local()
 

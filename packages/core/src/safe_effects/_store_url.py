@@ -36,6 +36,11 @@ def open_store(url: str) -> Store:
     if scheme == "sqlite":
         if not url.startswith(SQLITE_PREFIX) or len(url) == len(SQLITE_PREFIX):
             raise InvalidInput(f"a SQLite store URL looks like sqlite:///path.db, got {url!r}")
+        if "?" in url:  # it would be part of the file name, and the setting silently ignored
+            raise InvalidInput(
+                f"a SQLite store URL takes no parameters, got {url!r}: for a busy timeout build "
+                "SQLiteStore(path, busy_timeout=...), migrate it and pass it to Ledger(store)"
+            )
         return SQLiteStore(url[len(SQLITE_PREFIX) :])
     if scheme in ("postgresql", "postgres"):
         conninfo, schema = split_schema(url)
