@@ -45,7 +45,7 @@ def test_client_errors_are_final_and_nothing_is_sent(
     with pytest.raises(EffectRejected) as rejected:
         sg.send(mail(), intent_key=key)
     assert classify(rejected.value.provider_error).outcome is Outcome.FINAL  # type: ignore[arg-type]
-    assert (len(fake.sends()), fake.effect_count) == (1, 0)
+    assert (len(fake.sends()), fake.effect_count()) == (1, 0)
     assert ledger.get(key).status is S.REJECTED
     assert ledger.get(key).last_error_code == f"http_{status}"
 
@@ -56,7 +56,7 @@ def test_a_wrong_api_key_is_a_real_401(
     sg = make_sg("SG.wrong")
     with pytest.raises(EffectRejected):
         sg.send(mail(), intent_key=key)
-    assert fake.effect_count == 0
+    assert fake.effect_count() == 0
     assert (record(key).status, record(key).last_error_class) == (S.REJECTED, "UnauthorizedError")
 
 
@@ -91,7 +91,7 @@ def test_server_errors_and_lost_answers_are_unknown(
     fake.inject(fault)
     with pytest.raises(EffectUnknown):
         sg.send(mail(), intent_key=key)
-    assert (len(fake.sends()), fake.effect_count) == (1, committed)
+    assert (len(fake.sends()), fake.effect_count()) == (1, committed)
     assert ledger.get(key).status is S.UNKNOWN
 
 
@@ -103,7 +103,7 @@ def test_a_202_with_a_cut_body_is_unknown(
     with pytest.raises(EffectUnknown) as unknown:
         sg.send(mail(), intent_key=key)
     assert type(unknown.value.__cause__).__name__ == "IncompleteRead"
-    assert (len(fake.sends()), fake.effect_count) == (1, 1)
+    assert (len(fake.sends()), fake.effect_count()) == (1, 1)
     assert record(key).status is S.UNKNOWN
 
 
@@ -113,7 +113,7 @@ def test_429_is_retried_with_the_same_intent_and_sends_once(
     fake.inject(Fault.status_code(429, headers={"Retry-After": "0"}, times=2))
     response = sg.send(mail(), intent_key=key)
     assert response.status_code == 202
-    assert (len(fake.sends()), fake.effect_count) == (3, 1)
+    assert (len(fake.sends()), fake.effect_count()) == (3, 1)
     assert {send.json()["custom_args"][INTENT_ARG] for send in fake.sends()} == {key}  # every attempt, one intent
     assert record(key).status is S.CONFIRMED
     assert record(key).provider_result_id == fake.messages[0].message_id
@@ -125,7 +125,7 @@ def test_429_that_outlasts_the_budget_defers_with_nothing_sent(
     fake.inject(Fault.status_code(429, headers={"Retry-After": "0"}, times=50))
     with pytest.raises(EffectDeferred):
         sg.send(mail(), intent_key=key)
-    assert (len(fake.sends()), fake.effect_count) == (ledger.retry.max_attempts, 0)
+    assert (len(fake.sends()), fake.effect_count()) == (ledger.retry.max_attempts, 0)
     assert ledger.get(key).status is S.PREPARED
 
 
@@ -141,7 +141,7 @@ def test_a_refused_port_is_retried_then_deferred(
     error = deferred.value.provider_error
     assert isinstance(error, urllib.error.URLError)
     assert isinstance(error.reason, ConnectionRefusedError)
-    assert fake.effect_count == 0
+    assert fake.effect_count() == 0
     assert record(key).status is S.PREPARED
 
 

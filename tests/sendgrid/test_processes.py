@@ -50,6 +50,6 @@ def test_two_processes_on_one_intent_send_one_message(
     answers = sorted(out.split() for out, _ in outputs)
     message_id = fake.messages[0].message_id
     assert answers == [["LedgerResponse", "202", message_id], ["Response", "202", message_id]]
-    assert (len(fake.sends()), fake.effect_count) == (1, 1)
+    assert (len(fake.sends()), fake.effect_count()) == (1, 1)
     assert record(key).status is EffectStatus.CONFIRMED
     assert record(key).provider_result_id == message_id

@@ -49,7 +49,7 @@ def test_a_send_is_the_sdks_response_and_a_repeat_comes_from_the_ledger(
     assert isinstance(again, LedgerResponse)
     assert (again.status_code, again.body, again.to_dict, again.from_ledger) == (202, b"", None, True)
     assert again.headers["x-message-id"] == message_id
-    assert fake.effect_count == 1
+    assert fake.effect_count() == 1
     assert record(key).status is EffectStatus.CONFIRMED
     assert record(key).provider_result_id == message_id
 
@@ -60,7 +60,7 @@ def test_a_dict_message_is_the_same_intent_as_its_mail(
     message = mail()
     sg.send(message, intent_key=key)
     assert isinstance(sg.send(message.get(), intent_key=key), LedgerResponse)
-    assert fake.effect_count == 1
+    assert fake.effect_count() == 1
 
 
 def test_intent_and_tenant_travel_as_custom_args_and_the_callers_dict_is_untouched(
@@ -97,7 +97,7 @@ def test_a_message_that_is_neither_a_mail_nor_a_dict_is_invalid_input_before_any
 ) -> None:
     with pytest.raises(InvalidInput, match=f"must be a Mail or a dict, got {type(message).__name__}"):
         sg.send(message, intent_key=key)
-    assert (fake.requests(), fake.effect_count) == ([], 0)
+    assert (fake.requests(), fake.effect_count()) == ([], 0)
     with pytest.raises(IntentNotFound):
         ledger.get(key)
 
@@ -117,7 +117,7 @@ def test_custom_args_the_wrapper_cannot_stamp_are_refused_before_the_ledger_reco
     body = _oversize(mail().get()) if custom_args == "oversize" else {**mail().get(), "custom_args": custom_args}
     with pytest.raises(InvalidInput, match="custom_args"):
         sg.send(body, intent_key=key)
-    assert (fake.requests(), fake.effect_count) == ([], 0)
+    assert (fake.requests(), fake.effect_count()) == ([], 0)
     with pytest.raises(IntentNotFound):
         ledger.get(key)
 
@@ -130,7 +130,7 @@ def test_an_invalid_input_raised_in_dispatch_is_rejected_not_unknown(
     with pytest.raises(EffectRejected) as rejected:
         ledger.execute(sg.adapter, request, intent_key=key)
     assert isinstance(rejected.value.provider_error, InvalidInput)
-    assert (fake.requests(), fake.effect_count) == ([], 0)
+    assert (fake.requests(), fake.effect_count()) == ([], 0)
     record = ledger.get(key)
     assert (record.status, record.last_error_class, record.last_error_code) == (
         EffectStatus.REJECTED,
@@ -145,7 +145,7 @@ def test_the_same_key_with_another_message_is_a_conflict(
     sg.send(mail(subject="one"), intent_key=key)
     with pytest.raises(IntentConflict):
         sg.send(mail(subject="two"), intent_key=key)
-    assert fake.effect_count == 1
+    assert fake.effect_count() == 1
     assert record(key).status is EffectStatus.CONFIRMED
 
 
@@ -166,4 +166,4 @@ def test_per_call_headers_on_the_raw_client_do_not_leak_into_guarded_sends(
     sent = fake.sends()[-1]
     assert sent.header("x-leak") is None
     assert sent.header("content-type") == "application/json"
-    assert fake.effect_count == 1
+    assert fake.effect_count() == 1

@@ -65,7 +65,7 @@ def test_a_bad_signature_is_refused_and_nothing_is_recorded(
     with pytest.raises(WebhookSignatureError):
         ingest_events(ledger, body, forged, public_key=fake.signer.public_key)
     _nothing_recorded(ledger, key)
-    assert fake.effect_count == 1
+    assert fake.effect_count() == 1
 
 
 @pytest.mark.parametrize("tamper", ["body", "timestamp", "missing", "garbage"])
@@ -142,7 +142,7 @@ def test_engagement_events_inform_but_decide_nothing(
     body, headers = fake.webhook_request(events)
     assert ingest_events(ledger, body, headers, public_key=fake.signer.public_key).recorded == 2
     assert record(key).status is S.UNKNOWN
-    assert fake.effect_count == 1
+    assert fake.effect_count() == 1
 
 
 @contextmanager
@@ -220,7 +220,7 @@ def test_the_endpoint_confirms_from_a_signed_post(
 ) -> None:
     assert fake.post_events(endpoint, unknown_send) == 200
     assert record(key).status is S.CONFIRMED
-    assert fake.effect_count == 1
+    assert fake.effect_count() == 1
 
 
 def test_the_endpoint_refuses_unsigned_and_malformed_posts(
@@ -239,7 +239,7 @@ def test_the_endpoint_refuses_other_methods_and_bodies_over_its_limit(
     assert _status(endpoint, "GET") == 405
     assert fake.post_events(endpoint, unknown_send) == 413
     _nothing_recorded(ledger, key)
-    assert fake.effect_count == 1
+    assert fake.effect_count() == 1
 
 
 @pytest.mark.parametrize("kind", ["asgi", "wsgi"])
@@ -285,7 +285,7 @@ def test_a_body_too_deep_or_with_unstorable_text_is_malformed_and_nothing_is_rec
     with pytest.raises(MalformedWebhook):
         ingest_events(ledger, body, {}, public_key=None)
     _nothing_recorded(ledger, key)
-    assert fake.effect_count == 1
+    assert fake.effect_count() == 1
 
 
 def test_an_event_without_an_id_too_deep_to_digest_is_malformed(
@@ -321,7 +321,7 @@ def test_the_endpoint_answers_400_to_a_body_too_deep_or_with_unstorable_text(
     headers = {"Content-Type": "application/json", **fake.signer.headers(body, str(int(time.time())))}
     assert _post(endpoint, body, headers) == (400, {"error": "malformed_webhook"})
     _nothing_recorded(ledger, key)
-    assert fake.effect_count == 1
+    assert fake.effect_count() == 1
 
 
 @contextmanager
@@ -375,7 +375,7 @@ def test_an_event_naming_another_providers_intent_is_unmatched_and_not_stored(
     assert ledger.store.evidence_for("default", ses_unknown) == []
     assert record(ses_unknown).status is S.UNKNOWN  # a SendGrid event proves nothing about an SES send
     assert record(key).status is S.CONFIRMED
-    assert fake.effect_count == 1
+    assert fake.effect_count() == 1
 
 
 def _chunked_post(url: str, body: bytes, headers: dict[str, str]) -> int:
@@ -401,7 +401,7 @@ def test_the_wsgi_endpoint_reads_a_chunked_body_its_server_terminated(
         assert _chunked_post(url, body, headers) == 200
     assert len(ledger.store.evidence_for("default", key)) == 2
     assert record(key).status is S.CONFIRMED
-    assert fake.effect_count == 1
+    assert fake.effect_count() == 1
 
 
 def test_a_wsgi_body_without_length_or_terminated_input_is_not_read(

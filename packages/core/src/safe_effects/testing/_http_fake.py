@@ -180,6 +180,10 @@ class FakeHTTPServer:
 
     @property
     def url(self) -> str:
+        """The address to point an SDK at, once serving: before ``start()`` the port accepts connections but
+        nothing answers, so a client would wait out its read timeout and record an unknown outcome."""
+        if self._thread is None:
+            raise RuntimeError("the fake is not serving yet: call .start() first, or use it as a context manager")
         host, port = self._httpd.server_address[:2]
         return f"http://{host!s}:{port}"
 

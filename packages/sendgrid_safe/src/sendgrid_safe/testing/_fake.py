@@ -55,6 +55,9 @@ def _errors(status: int, message: str, field: str | None = None) -> FakeResponse
     return FakeResponse.json(status, {"errors": [{"message": message, "field": field, "help": None}]})
 
 
+MAIL_SEND = "mail.send"  # the one write this fake serves, as effect_count names it
+
+
 class FakeSendGrid:
     """Serve ``/v3/mail/send`` and ``/v3/messages``; record messages; build and sign webhook events."""
 
@@ -102,9 +105,11 @@ class FakeSendGrid:
         with self._lock:
             return list(self._messages)
 
-    @property
-    def effect_count(self) -> int:
-        """Messages SendGrid would deliver: what a duplicate send would make 2."""
+    def effect_count(self, operation: str = MAIL_SEND) -> int:
+        """Messages SendGrid would deliver: what a duplicate send would make 2. Called like FakeStripe's;
+        ``mail.send`` is the one operation served, any other is refused so a typo cannot read 0."""
+        if operation != MAIL_SEND:
+            raise ValueError(f"FakeSendGrid serves no operation {operation!r}; known: {MAIL_SEND}")
         return len(self.messages)
 
     def requests(self, method: str | None = None, path: str | None = None) -> list[FakeRequest]:
