@@ -96,6 +96,9 @@ def test_two_racing_compensations_with_different_keys_refund_once(env: Env) -> N
     assert (original.status, original.compensated_by) == (EffectStatus.COMPENSATED, REFUND_1)
     with pytest.raises(IntentNotFound):  # the refusal wrote nothing
         env.ledger.get(REFUND_2)
+    with pytest.raises(IllegalTransition, match=rf"already compensated by '{REFUND_1}'; one original gets one"):
+        env.ledger.compensate(adapter, REFUND, original_key=KEY, compensating_key=REFUND_2)  # named, not just refused
+    assert env.refunds() == [f"default/{REFUND_1}"]
 
 
 def test_a_second_key_is_refused_while_the_first_compensation_is_unknown(env: Env) -> None:

@@ -40,6 +40,43 @@ def test_the_fixtures_share_one_clock_and_a_fresh_sqlite_store(pytester: pytest.
     pytester.runpytest("--strict-markers").assert_outcomes(passed=2)
 
 
+def test_fake_ses_signs_with_fake_credentials_so_a_test_needs_no_aws_setup(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A machine with no AWS credentials or region at all: the test below verifies its sender and sends
+    through the wrapped client with nothing configured (boto3 raised NoCredentialsError before)."""
+    for name in (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_SECURITY_TOKEN",
+        "AWS_PROFILE",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(pytester.path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(pytester.path / "no-aws-credentials"))
+    pytester.makepyfile(
+        """
+        import boto3
+        import ses_safe
+
+        def test_send(fake_ses, safe_ledger):
+            boto3.client("sesv2", endpoint_url=fake_ses.url).create_email_identity(EmailIdentity="s@example.com")
+            client = ses_safe.client("sesv2", ledger=safe_ledger, endpoint_url=fake_ses.url, configuration_set="cs")
+            client.send_email(
+                IntentKey="signup:u_1:welcome:v1",
+                FromEmailAddress="s@example.com",
+                Destination={"ToAddresses": ["a@example.com"]},
+                Content={"Simple": {"Subject": {"Data": "Hi"}, "Body": {"Text": {"Data": "Welcome."}}}},
+            )
+            assert len(fake_ses.sends()) == 1
+        """
+    )
+    pytester.runpytest().assert_outcomes(passed=1)
+
+
 def test_the_marker_is_registered(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--markers")
     result.stdout.fnmatch_lines(["@pytest.mark.safe_effects(*, store='auto'|'sqlite'|'postgres', *"])

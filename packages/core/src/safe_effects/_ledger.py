@@ -286,8 +286,12 @@ class Ledger:
         comp_key = IntentKey.parse(compensating_key)
         if original.status is S.COMPENSATED and original.compensated_by == comp_key:
             return self.execute(adapter, request, intent_key=comp_key, tenant=tenant, compensates=original.intent_key)
+        if original.status is S.COMPENSATED:
+            why = f"it is already compensated by {original.compensated_by!r}; one original gets one compensation"
+            raise IllegalTransition(original.status.value, S.COMPENSATED.value, original.intent_key, why=why)
         if original.status is not S.CONFIRMED:
-            raise IllegalTransition(original.status.value, S.COMPENSATED.value, original.intent_key)
+            why = "only a confirmed effect can be compensated"
+            raise IllegalTransition(original.status.value, S.COMPENSATED.value, original.intent_key, why=why)
         return self.execute(
             adapter,
             request,

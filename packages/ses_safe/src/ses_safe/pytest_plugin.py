@@ -26,11 +26,27 @@ def ses_moto_url() -> Iterator[str]:
         yield url
 
 
+# moto's own advice: fake credentials in every test, so boto3 signs requests without a profile and no test can
+# reach real AWS with real keys; a region for clients that name none
+FAKE_AWS_ENVIRONMENT = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SECURITY_TOKEN": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
 @pytest.fixture
-def fake_ses(ses_moto_url: str, safe_faults: FaultWatch) -> Iterator[MotoFaultProxy]:
-    """The emptied moto server behind a fault proxy: ``ses_safe.client(..., endpoint_url=fake_ses.url)``."""
+def fake_ses(
+    ses_moto_url: str, safe_faults: FaultWatch, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[MotoFaultProxy]:
+    """The emptied moto server behind a fault proxy: ``ses_safe.client(..., endpoint_url=fake_ses.url)``, with
+    fake AWS credentials and a default region in the environment for the test."""
     from ses_safe.testing import MotoFaultProxy, reset_moto  # noqa: PLC0415  # boto3 stays out of start-up
 
+    for name, value in FAKE_AWS_ENVIRONMENT.items():
+        monkeypatch.setenv(name, value)
     reset_moto(ses_moto_url)
     with MotoFaultProxy(ses_moto_url) as proxy:
         safe_faults.watch("fake_ses", proxy.server.pending_faults)
