@@ -179,6 +179,7 @@ PUBLIC_API: dict[str, list[str]] = {
     ],
     "ses_safe": [
         "CONTRACTS",
+        "CREDENTIAL_CODES",
         "FINAL_CODES",
         "INTENT_KWARG",
         "INTENT_TAG",

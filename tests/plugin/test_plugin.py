@@ -41,22 +41,10 @@ def test_the_fixtures_share_one_clock_and_a_fresh_sqlite_store(pytester: pytest.
 
 
 def test_fake_ses_signs_with_fake_credentials_so_a_test_needs_no_aws_setup(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, no_aws_credentials: None
 ) -> None:
     """A machine with no AWS credentials or region at all: the test below verifies its sender and sends
     through the wrapped client with nothing configured (boto3 raised NoCredentialsError before)."""
-    for name in (
-        "AWS_ACCESS_KEY_ID",
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS_SESSION_TOKEN",
-        "AWS_SECURITY_TOKEN",
-        "AWS_PROFILE",
-    ):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
-    monkeypatch.delenv("AWS_REGION", raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(pytester.path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(pytester.path / "no-aws-credentials"))
     pytester.makepyfile(
         """
         import boto3

@@ -37,7 +37,7 @@ def _failure(raw: Any, message: Any) -> BaseException:
     return caught.value
 
 
-@pytest.mark.parametrize("status", [400, 401, 403, 404, 405, 413, 415])
+@pytest.mark.parametrize("status", [400, 404, 405, 413, 415])
 def test_client_errors_are_final_and_nothing_is_sent(
     status: int, *, sg: SendGridAPIClient, fake: FakeSendGrid, ledger: Ledger, key: str, mail: Any
 ) -> None:
@@ -50,14 +50,33 @@ def test_client_errors_are_final_and_nothing_is_sent(
     assert ledger.get(key).last_error_code == f"http_{status}"
 
 
-def test_a_wrong_api_key_is_a_real_401(
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_refused_api_key_or_sender_defers_the_send_and_nothing_is_sent(
+    status: int, *, sg: SendGridAPIClient, fake: FakeSendGrid, ledger: Ledger, key: str, mail: Any
+) -> None:
+    """401 (the key) and 403 (a scope, an unverified sender identity): SendGrid considered no message, and
+    the same send should go once the account is fixed, so the intent waits (prepared) instead of ending
+    rejected."""
+    fake.inject(Fault.status_code(status))
+    with pytest.raises(EffectDeferred) as deferred:
+        sg.send(mail(), intent_key=key)
+    assert classify(deferred.value.provider_error).outcome is Outcome.RETRYABLE  # type: ignore[arg-type]
+    assert deferred.value.retry_after == 60.0
+    assert (len(fake.sends()), fake.effect_count()) == (1, 0)
+    assert ledger.get(key).status is S.PREPARED
+    assert ledger.get(key).last_error_code == f"http_{status}"
+
+
+def test_a_wrong_api_key_is_a_real_401_and_the_fixed_key_sends_once(
     fake: FakeSendGrid, make_sg: MakeSG, record: Record, key: str, mail: Any
 ) -> None:
-    sg = make_sg("SG.wrong")
-    with pytest.raises(EffectRejected):
-        sg.send(mail(), intent_key=key)
+    with pytest.raises(EffectDeferred):
+        make_sg("SG.wrong").send(mail(), intent_key=key)
     assert fake.effect_count() == 0
-    assert (record(key).status, record(key).last_error_class) == (S.REJECTED, "UnauthorizedError")
+    assert (record(key).status, record(key).last_error_class) == (S.PREPARED, "UnauthorizedError")
+    make_sg().send(mail(), intent_key=key)  # the same intent, once the key is fixed
+    assert fake.effect_count() == 1
+    assert record(key).status is S.CONFIRMED
 
 
 @pytest.mark.parametrize(

@@ -33,6 +33,16 @@ FINAL = [
     "LimitExceededException",
 ]
 RETRYABLE = ["Throttling", "TooManyRequestsException"]
+CREDENTIALS = [
+    "AccessDenied",
+    "AccessDeniedException",
+    "InvalidClientTokenId",
+    "SignatureDoesNotMatch",
+    "UnrecognizedClientException",
+    "IncompleteSignature",
+    "MissingAuthenticationToken",
+    "ExpiredToken",
+]
 UNKNOWN = [("InternalFailure", 500), ("ServiceUnavailable", 503), ("SomethingNew", 400), ("", 500)]
 
 
@@ -46,6 +56,14 @@ def client_error(code: str, status: int = 400) -> ClientError:
 def test_refusals_are_final(code: str) -> None:
     verdict = classify(client_error(code))
     assert (verdict.outcome, verdict.error_code) == (Outcome.FINAL, code)
+
+
+@pytest.mark.parametrize("code", CREDENTIALS)
+def test_refused_credentials_defer_the_send_not_reject_it(code: str) -> None:
+    """A rotated key or an expired token: nothing reached SES's send logic, and the same send should go once
+    the credentials are fixed, so it is retryable with a hint that defers the call."""
+    verdict = classify(client_error(code, 403))
+    assert (verdict.outcome, verdict.error_code, verdict.retry_after) == (Outcome.RETRYABLE, code, 60.0)
 
 
 @pytest.mark.parametrize("code", RETRYABLE)
@@ -62,7 +80,7 @@ def test_server_errors_and_unrecognised_codes_are_unknown(code: str, status: int
     ("error", "outcome"),
     [
         (ParamValidationError(report="bad"), Outcome.FINAL),
-        (NoCredentialsError(), Outcome.FINAL),
+        (NoCredentialsError(), Outcome.RETRYABLE),  # boto3 found none to sign with; fixed, the send goes
         (EndpointConnectionError(endpoint_url="http://x"), Outcome.RETRYABLE),
         (ConnectTimeoutError(endpoint_url="http://x"), Outcome.RETRYABLE),
         (ProxyConnectionError(proxy_url="http://p"), Outcome.RETRYABLE),

@@ -6,12 +6,14 @@ import json
 from typing import Any
 from urllib.parse import parse_qs
 
+import boto3
 import pytest
 from botocore.exceptions import UnknownServiceError
 from botocore.stub import ANY, Stubber
 
 import ses_safe
 from safe_effects import (
+    EffectDeferred,
     EffectRejected,
     EffectStatus,
     IntentConflict,
@@ -279,4 +281,24 @@ def test_an_operator_compensation_the_adapter_cannot_send_is_refused_before_anyt
     with pytest.raises(IntentNotFound):
         ledger.get("signup:u_1:apology:v1")
     assert ledger.get(KEY) == original
+    assert len(moto_sent_messages(moto)) == 1
+
+
+def test_a_send_without_credentials_is_deferred_and_goes_once_they_are_there(
+    ledger: Ledger, proxy: MotoFaultProxy, moto: str, v2_email: dict[str, Any], no_aws_credentials: None
+) -> None:
+    """A worker deployed without AWS credentials: boto3 signs nothing and sends nothing. The intent waits
+    (EffectDeferred, prepared again); rejected, this receipt could never be sent under its key."""
+    options = {"ledger": ledger, "region_name": "us-east-1", "endpoint_url": proxy.url, "configuration_set": "cs"}
+    bare = ses_safe.client("sesv2", session=boto3.session.Session(), **options)  # type: ignore[call-overload]
+    with pytest.raises(EffectDeferred) as deferred:
+        bare.send_email(IntentKey=KEY, **v2_email)
+    assert deferred.value.retry_after == 60.0
+    assert ledger.get(KEY).status is EffectStatus.PREPARED
+    assert moto_sent_messages(moto) == []
+    keyed = ses_safe.client(  # type: ignore[call-overload]
+        "sesv2", aws_access_key_id="testing", aws_secret_access_key="testing", **options
+    )
+    keyed.send_email(IntentKey=KEY, **v2_email)
+    assert ledger.get(KEY).status is EffectStatus.CONFIRMED
     assert len(moto_sent_messages(moto)) == 1

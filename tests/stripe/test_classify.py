@@ -48,12 +48,14 @@ def test_invalid_request_is_final(sdk: stripe.StripeClient) -> None:
     assert (verdict.outcome, verdict.error_code) == (Outcome.FINAL, "parameter_missing")
 
 
-def test_authentication_and_permission_errors_are_final(fake: FakeStripe) -> None:
+def test_a_refused_api_key_is_deferred_not_final(fake: FakeStripe) -> None:
+    """Nothing was considered, and the same request should go once the key is fixed: retryable, with a hint
+    long enough that the executor defers the call instead of retrying it at once."""
     bad_key, _ = verdict_of(raw_client(fake.url, api_key="pk_live_wrong").v1.customers.create)
     restricted, error = verdict_of(raw_client(fake.url, api_key="rk_test_1").v1.customers.create)
-    assert (bad_key.error_class, bad_key.outcome) == ("AuthenticationError", Outcome.FINAL)
+    assert (bad_key.error_class, bad_key.outcome, bad_key.retry_after) == ("AuthenticationError", Outcome.RETRYABLE, 60)
     assert isinstance(error, stripe.PermissionError)
-    assert restricted.outcome is Outcome.FINAL
+    assert (restricted.outcome, restricted.retry_after) == (Outcome.RETRYABLE, 60)
     assert fake.customers == []
 
 

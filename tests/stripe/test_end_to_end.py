@@ -192,12 +192,13 @@ CASES = {
         payment_intents=0,
         effects=0,
     ),
+    # the key itself refused: deferred, never rejected, so the same intent goes through once it is fixed
     "authentication_error": Case(
         _wrong_api_key,
         PI,
-        EffectRejected,
+        EffectDeferred,
         stripe.AuthenticationError,
-        EffectStatus.REJECTED,
+        EffectStatus.PREPARED,
         "AuthenticationError",
         None,
         [401],
@@ -207,9 +208,9 @@ CASES = {
     "permission_error": Case(
         _restricted_api_key,
         PI,
-        EffectRejected,
+        EffectDeferred,
         stripe.PermissionError,
-        EffectStatus.REJECTED,
+        EffectStatus.PREPARED,
         "PermissionError",
         None,
         [403],
@@ -311,6 +312,22 @@ def test_each_classification_through_the_wrapper_asserts_the_fake_and_the_ledger
 
 def create(env: Env, params: dict[str, Any] = PI, key: str = KEY) -> stripe.PaymentIntent:
     return env.client.v1.payment_intents.create(params=params, options={"idempotency_key": key})  # type: ignore[arg-type]
+
+
+def test_a_refused_api_key_defers_the_charge_and_the_fixed_key_charges_it_once(env: Env) -> None:
+    """A deploy with a wrong or rotated key: the charge waits (EffectDeferred, the intent prepared again), and
+    the same intent, retried once the key is fixed, charges once. Rejected, it could never be sent again."""
+    wrong, _ = _wrong_api_key(env)
+    with pytest.raises(EffectDeferred) as deferred:
+        wrong.v1.payment_intents.create(params=PI, options={"idempotency_key": KEY})  # type: ignore[arg-type]
+    assert deferred.value.retry_after == 60.0
+    assert env.record().status is EffectStatus.PREPARED
+    assert env.fake.effect_count("payment_intents.create") == 0
+    intent = create(env)
+    assert env.record().status is EffectStatus.CONFIRMED
+    assert env.record().provider_result_id == intent.id
+    assert env.fake.effect_count("payment_intents.create") == 1
+    assert [p.header("idempotency-key") for p in env.fake.requests("POST")] == [KEY, KEY]
 
 
 def test_rate_limited_replay_of_an_unknown_goes_back_to_unknown_and_a_later_replay_confirms_one_intent(

@@ -22,6 +22,11 @@ class Outcome(StrEnum):
     UNKNOWN = "unknown"  # the provider may have acted
 
 
+# seconds a refusal of the caller's credentials suggests before the next try: longer than RetryPolicy.max_wait,
+# so the call ends at once as EffectDeferred, and long enough for a fixed key to be deployed
+CREDENTIALS_RETRY_AFTER = 60.0
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """An adapter's reading of one exception."""
@@ -35,6 +40,13 @@ class Verdict:
     @classmethod
     def of(cls, error: BaseException, outcome: Outcome, code: str | None = None, **kw: Any) -> Verdict:
         return cls(outcome=outcome, error_class=type(error).__qualname__, error_code=code, **kw)
+
+    @classmethod
+    def credentials_refused(cls, error: BaseException, code: str | None = None) -> Verdict:
+        """The provider refused the caller's own credentials (missing, wrong, expired, not allowed): it
+        considered no request, and the same intent should go through once a deploy fixes them. Retryable,
+        never final, with a hint long enough that the executor defers the call rather than retry it at once."""
+        return cls.of(error, Outcome.RETRYABLE, code, retry_after=CREDENTIALS_RETRY_AFTER)
 
 
 class LookupStatus(StrEnum):

@@ -155,7 +155,8 @@ class EffectRejected(EffectOutcome):
 
 
 class EffectDeferred(EffectOutcome):
-    """Retryable refusals (rate limit, connection refused) outlasted the retry budget; nothing happened."""
+    """Retryable refusals (rate limit, connection refused, refused credentials) outlasted the retry budget;
+    nothing happened, and the same intent may be tried again (after ``retry_after`` seconds, when set)."""
 
     code = "effect_deferred"
 

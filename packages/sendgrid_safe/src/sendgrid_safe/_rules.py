@@ -93,13 +93,14 @@ CONTRACT = ProviderContract(
 
 _FINAL = (
     phc.BadRequestsError,
-    phc.UnauthorizedError,
-    phc.ForbiddenError,
     phc.NotFoundError,
     phc.MethodNotAllowedError,
     phc.PayloadTooLargeError,
     phc.UnsupportedMediaTypeError,
 )
+# the API key refused (401), or not allowed this send (403: a scope, an unverified sender identity): SendGrid
+# considered no message, so the intent waits for the account to be fixed instead of ending rejected
+_CREDENTIALS = (phc.UnauthorizedError, phc.ForbiddenError)
 # raised by http.client after the request left the socket: the server may have acted
 _AFTER_SEND = (TimeoutError, ConnectionResetError, http.client.HTTPException)
 
@@ -109,6 +110,8 @@ def classify(error: BaseException) -> Verdict:
     if isinstance(error, phc.HTTPError):
         status = getattr(error, "status_code", None)
         code = f"http_{status}"
+        if isinstance(error, _CREDENTIALS):
+            return Verdict.credentials_refused(error, code)
         if isinstance(error, _FINAL):
             return Verdict.of(error, Outcome.FINAL, code)
         if isinstance(error, phc.TooManyRequestsError):

@@ -1,7 +1,7 @@
 """ses_safe: boto3 SES and SESv2 clients whose sends go through the safe-effects ledger exactly once."""
 
 from ._adapter import SendPayload, SesAdapter
-from ._classify import FINAL_CODES, RETRYABLE_CODES, classify
+from ._classify import CREDENTIAL_CODES, FINAL_CODES, RETRYABLE_CODES, classify
 from ._client import INTENT_KWARG, MissingConfigurationSet, SafeSESClient, SafeSESv2Client, boundary_config, client
 from ._contract import CONTRACTS, PROVIDER, send_contract
 from ._events import IngestOutcome, IngestResult, ingest_event, unwrap
@@ -26,6 +26,7 @@ __all__ = [
     "classify",
     "FINAL_CODES",
     "RETRYABLE_CODES",
+    "CREDENTIAL_CODES",
     # tags
     "INTENT_TAG",
     "TENANT_TAG",

@@ -27,7 +27,12 @@ FINAL_CODES = frozenset(
         "BadRequestException",
         "NotFoundException",
         "LimitExceededException",
-        # AWS-wide authentication refusals: the request never reached SES's send logic.
+    }
+)
+# AWS-wide authentication refusals: the request never reached SES's send logic, and the same send should go
+# once the credentials are fixed (a rotated key, an expired token), so the intent waits instead of ending rejected.
+CREDENTIAL_CODES = frozenset(
+    {
         "AccessDenied",
         "AccessDeniedException",
         "InvalidClientTokenId",
@@ -42,7 +47,7 @@ FINAL_CODES = frozenset(
 RETRYABLE_CODES = frozenset({"Throttling", "TooManyRequestsException"})
 # The request was never written to a socket.
 PRE_SEND_ERRORS = (ConnectTimeoutError, ProxyConnectionError, EndpointConnectionError)
-CLIENT_SIDE_ERRORS = (ParamValidationError, NoCredentialsError)
+CLIENT_SIDE_ERRORS = (ParamValidationError,)
 
 
 def classify(error: BaseException) -> Verdict:
@@ -51,9 +56,13 @@ def classify(error: BaseException) -> Verdict:
         code = str(error.response.get("Error", {}).get("Code") or "")
         if code in RETRYABLE_CODES:
             return Verdict.of(error, Outcome.RETRYABLE, code)
+        if code in CREDENTIAL_CODES:
+            return Verdict.credentials_refused(error, code)
         if code in FINAL_CODES:
             return Verdict.of(error, Outcome.FINAL, code)
         return Verdict.of(error, Outcome.UNKNOWN, code or None)
+    if isinstance(error, NoCredentialsError):  # boto3 found none to sign with: nothing was sent
+        return Verdict.credentials_refused(error)
     if isinstance(error, CLIENT_SIDE_ERRORS):
         return Verdict.of(error, Outcome.FINAL)
     if isinstance(error, PRE_SEND_ERRORS):

@@ -38,9 +38,7 @@ FAKE_AWS_ENVIRONMENT = {
 
 
 @pytest.fixture
-def fake_ses(
-    ses_moto_url: str, safe_faults: FaultWatch, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[MotoFaultProxy]:
+def fake_ses(ses_moto_url: str, safe_faults: FaultWatch, monkeypatch: pytest.MonkeyPatch) -> Iterator[MotoFaultProxy]:
     """The emptied moto server behind a fault proxy: ``ses_safe.client(..., endpoint_url=fake_ses.url)``, with
     fake AWS credentials and a default region in the environment for the test."""
     from ses_safe.testing import MotoFaultProxy, reset_moto  # noqa: PLC0415  # boto3 stays out of start-up

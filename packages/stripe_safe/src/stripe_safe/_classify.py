@@ -20,10 +20,11 @@ _FINAL = (
     stripe.CardError,
     stripe.IdempotencyError,
     stripe.InvalidRequestError,
-    stripe.AuthenticationError,
-    stripe.PermissionError,
     OAuthError,  # /oauth/token and /oauth/deauthorize refused (invalid_grant, invalid_client...): nothing done
 )
+# The API key itself refused (401: wrong, expired or revoked; 403: a restricted key without this permission):
+# Stripe considered no request, so the intent waits for a fixed key instead of ending rejected.
+_CREDENTIALS = (stripe.AuthenticationError, stripe.PermissionError)
 # The statuses of a refusal Stripe answered with a typed error body: the request was refused, nothing done. v2's
 # own classes (InsufficientFundsError, AlreadyCanceledError, NotCancelableError...) subclass StripeError directly.
 # Not 409 (a key still executing), 429 (rate limited: retryable) or 5xx (it may have run).
@@ -105,6 +106,8 @@ def classify(error: BaseException) -> Verdict:
         # a request under the same key (or on the same object) still runs; v2 types "key in use" as an
         # IdempotencyError, which is final only as a 400 (the key reused with other params)
         return Verdict.of(error, Outcome.UNKNOWN, _error_code(error) or "http_409")
+    if isinstance(error, _CREDENTIALS):
+        return Verdict.credentials_refused(error, _error_code(error))
     if isinstance(error, _FINAL) or (isinstance(error, stripe.StripeError) and _refused(error)):
         return Verdict.of(error, Outcome.FINAL, _error_code(error), provider_result_id=_declined_object(error))
     if isinstance(error, stripe.APIConnectionError):
