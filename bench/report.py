@@ -304,7 +304,7 @@ machine on 2026-11-29 and is not part of the page's run.
   excluded): raw 434-500 us, design floor 459-528 us, executor 809-850 us, a ratio of 1.7-1.9 like the
   8-worker latency ratio. Each process's CPU per effect is 1.7-1.9 x its single-process figure under that
   contention, raw and executor alike. `cpu_split.py` gives the single-process budget: the target leaves the
-  executor 100-135 us over the design floor, and it used 120-190 us across runs. Meeting the target takes
+  executor 100-135 us over the design floor, and it used 120-250 us in the runs of 2026-11-29. Meeting the target takes
   halving the executor's Python and driver work, not removing any one cost.
 - **SQLite at 8 workers is not CPU-bound.** Its writers take turns on one write lock. In the run of
   2026-11-29 19:43 the executor's throughput at 8 workers matched the raw pair's (1553 vs 1501 effects/s)
