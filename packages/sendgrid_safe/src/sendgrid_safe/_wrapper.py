@@ -47,7 +47,8 @@ class SendGridAPIClient:
         self.adapter = SendGridAdapter(sdk, timeout=timeout, activity_lookup=activity_lookup)
 
     def send(self, message: Any, *, intent_key: IntentKey | str | None = None) -> Any:
-        """Send a ``Mail`` (or its dict) once for ``intent_key``; a stored answer comes back as LedgerResponse."""
+        """Send a ``Mail`` (or its dict) once for ``intent_key``: the SDK's response, or for a repeat the stored
+        answer as a LedgerResponse; either says ``.from_ledger`` (whether no provider call was made)."""
         if intent_key is None:
             raise MissingIntentKey("SendGridAPIClient.send needs intent_key=...: SendGrid has no idempotency")
         body = _rules.message_body(message)
@@ -63,6 +64,7 @@ class SendGridAPIClient:
         )
         receipt = self.ledger.execute(self.adapter, request, intent_key=key, tenant=self.tenant)
         if receipt.response is not None:
+            receipt.response.from_ledger = False  # one question for both answers: was this call sent?
             return receipt.response
         return LedgerResponse(receipt.record.provider_result_id)
 
