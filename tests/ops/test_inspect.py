@@ -42,6 +42,19 @@ def test_tables_print_intent_keys_as_they_are(ops: Ops) -> None:
     assert keys[0] in shown.stdout
 
 
+def test_piped_tables_keep_each_row_on_one_line(ops: Ops) -> None:
+    """Output to a file, grep or a log is not a terminal: rows must not wrap at 80 columns, splitting a tenant
+    into ``defaul`` / ``t`` and a status into ``confir`` / ``med``."""
+    key = "invoice:inv_with_a_rather_long_identifier_0001:collect:v1"
+    ops.unknown(key, amount=5000)
+    listed = ops.cli("list", env={"COLUMNS": None})  # type: ignore[dict-item]  # unset: as in a pipe
+    assert listed.exit_code == 0, listed.output
+    (row,) = [line for line in listed.stdout.splitlines() if key in line]
+    assert "default" in row
+    assert "unknown" in row
+    assert "amount=5000" in row
+
+
 def test_show_has_every_field_audit_and_evidence(ops: Ops) -> None:
     record = ops.unknown(KEY)
     shown = ops.cli_json("show", KEY)

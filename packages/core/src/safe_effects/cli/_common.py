@@ -72,10 +72,15 @@ def error_line(error: Exception) -> str:
     return f"error: {type(error).__name__}: {error} (set {DEBUG_ENV}=1 for the traceback)"
 
 
+_PIPED_WIDTH = 200  # columns for output that is not a terminal, unless COLUMNS says otherwise
+
+
 def emit(renderable: Any) -> None:
     """Print to the current stdout (a fresh console honours COLUMNS). Markup and emoji codes off: reasons are
     free text, and an intent key like ``user:ok:verify:v1`` must print as itself, not as ``user🆗verify:v1``."""
-    Console(markup=False, highlight=False, emoji=False).print(renderable)
+    # piped or redirected (a file, grep, a log): rich would wrap at 80 columns and split values mid-word
+    wide = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else _PIPED_WIDTH
+    Console(markup=False, highlight=False, emoji=False, width=wide).print(renderable)
 
 
 def fail(message: str) -> NoReturn:
