@@ -54,6 +54,31 @@ def test_an_unmigrated_store_is_refused_until_migrate_runs_once(fresh_store_url:
     assert (listed.exit_code, json.loads(listed.stdout)) == (0, [])
 
 
+@pytest.mark.postgres
+def test_a_password_in_the_store_url_is_never_printed(pg_url: str) -> None:
+    """The refusal of an unmigrated store and ``migrate --json`` name the store: they go to terminals, CI logs
+    and tickets, so a password in the URL shows as ***."""
+    parts = urlsplit(pg_url)
+    netloc = f"{parts.username or 'postgres'}:S3cret-pw@{parts.hostname}:{parts.port or 5432}"
+    schema = f"se_test_{uuid.uuid4().hex[:12]}"
+    url = parts._replace(netloc=netloc, query=f"schema={schema}").geturl()  # trust auth ignores the password
+    try:
+        refused = run(url, "list")
+        migrated = run(url, "migrate", "--json")
+        assert refused.exit_code == 1
+        assert "lacks schema migration(s)" in refused.stderr
+        assert json.loads(migrated.stdout)["applied"] == [1, 2, 3]
+        for output in (refused.stdout, refused.stderr, migrated.stdout, migrated.stderr):
+            assert "S3cret-pw" not in output
+        assert ":***@" in refused.stderr
+        assert ":***@" in json.loads(migrated.stdout)["store"]
+    finally:
+        import psycopg
+
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
 def test_an_unreachable_postgres_is_one_typed_line_at_once() -> None:
     with socket.socket() as probe:  # a port nothing listens on: connection refused
         probe.bind(("127.0.0.1", 0))

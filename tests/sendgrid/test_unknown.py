@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -103,6 +104,26 @@ def test_a_dropped_single_recipient_message_is_rejected(
     with pytest.raises(EffectRejected):
         sg.send(mail(), intent_key=key)
     assert (len(fake.sends()), fake.effect_count()) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    ("reason", "stored"),
+    [("Bounced Address", "Bounced Address"), ("Bounced Address jane.doe@example.com", "unlisted")],
+)
+def test_a_drop_reason_is_kept_only_as_sendgrid_words_it(
+    reason: str, stored: str, *, sg: SendGridAPIClient, fake: FakeSendGrid, ledger: Ledger, key: str, mail: Any
+) -> None:
+    """The evidence keeps ids and SendGrid's fixed phrases: a reason that quotes an address (from an unsigned
+    poster, or a changed SendGrid) is stored as ``unlisted``, never as the address. The drop still decides."""
+    fake.activity_visible = False
+    _lose_the_202(sg, fake, key, mail())
+    body, headers = fake.webhook_request(fake.events(fake.messages[0], kinds=["dropped"], reason=reason))
+    assert ingest_events(ledger, body, headers, public_key=fake.signer.public_key).recorded == 1
+    (evidence,) = ledger.store.evidence_for("default", key)
+    assert evidence.detail["reason"] == stored
+    assert "@" not in json.dumps(evidence.detail)
+    assert ledger.get(key).status is S.REJECTED
+    assert fake.effect_count() == 1  # the 202 that was lost: nothing resent
 
 
 def test_a_drop_for_one_of_several_recipients_decides_nothing(

@@ -68,11 +68,14 @@ class LookupResult:
 
 @dataclass(frozen=True, slots=True)
 class EffectRequest:
-    """What to send. ``params`` is digested; ``payload`` is what the adapter really sends, when it differs."""
+    """What to send. ``params`` is digested; ``payload`` is what the adapter really sends, when it differs.
+
+    Its repr shows the operation and the summary only: params and payload carry card data, addresses and
+    message bodies, and a logged request must not."""
 
     operation: str
-    params: Mapping[str, Any]
-    payload: Any = None
+    params: Mapping[str, Any] = field(repr=False)
+    payload: Any = field(default=None, repr=False)
     summary: Mapping[str, str] = field(default_factory=dict)  # operator-facing, no secrets
 
     def __post_init__(self) -> None:

@@ -104,7 +104,7 @@ class Receipt(_Frozen):
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
     record: EffectRecord
-    response: Any = None
+    response: Any = Field(default=None, repr=False)  # the provider's object: names, addresses; never in a log line
     from_ledger: bool = False  # True when no provider call was made for this answer
 
     @property

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ._errors import InvalidInput
@@ -46,3 +47,16 @@ def open_store(url: str) -> Store:
         conninfo, schema = split_schema(url)
         return PostgresStore(conninfo) if schema is None else PostgresStore(conninfo, schema=schema)
     raise InvalidInput(f"unknown store URL scheme {scheme!r}: use sqlite:/// or postgresql://")
+
+
+_PASSWORD_PARAM = re.compile(r"(password=)[^&\s]*", re.IGNORECASE)
+
+
+def redacted(url: str) -> str:
+    """``url`` fit for a message or a log: a password in it (``user:secret@``, ``password=``) shown as ``***``."""
+    parts = urlsplit(url)
+    if parts.password is not None:
+        user = parts.username or ""
+        host = parts.netloc.rpartition("@")[2]
+        url = urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    return _PASSWORD_PARAM.sub(r"\1***", url)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -110,11 +111,15 @@ def parse_event(event: Any, received_at: datetime) -> Evidence | Literal["foreig
     )
 
 
+_PLAIN_REASON = re.compile(r"[A-Za-z0-9 ()'.-]{1,60}")  # a dropped event's reason kept as SendGrid words it
+
+
 def _detail(event: Mapping[str, Any]) -> dict[str, Any]:
     """Ids and SendGrid's fixed vocabularies only: no addresses, no SMTP text that may quote one."""
     detail = {k: event[k] for k in ("sg_message_id", "timestamp") if isinstance(event.get(k), str | int)}
     if event.get("event") == "dropped" and isinstance(event.get("reason"), str):
-        detail["reason"] = event["reason"][:100]
+        # SendGrid's reasons are short phrases ("Bounced Address", "Invalid"); anything else may quote an address
+        detail["reason"] = event["reason"] if _PLAIN_REASON.fullmatch(event["reason"]) else "unlisted"
     if event.get("event") == "bounce" and isinstance(event.get("type"), str):
         detail["bounce_type"] = event["type"][:20]
     if isinstance(event.get(_rules.RECIPIENTS_ARG), str):

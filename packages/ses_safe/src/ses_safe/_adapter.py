@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -33,7 +33,7 @@ class SendPayload:
     """What ``dispatch`` sends: the boto3 kwargs, tagged at dispatch time with the ledger's provider key."""
 
     method: str  # boto3 method name: "send_email", "send_raw_email"
-    kwargs: Mapping[str, Any]
+    kwargs: Mapping[str, Any] = field(repr=False)  # addresses, subject, body: not for a log line
     tags_field: str  # "Tags" (v1) or "EmailTags" (v2)
     tenant: str
 

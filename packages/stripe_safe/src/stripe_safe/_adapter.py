@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from stripe import StripeObject
@@ -42,8 +42,8 @@ class StripeCall:
 
     method: str
     url: str
-    params: Mapping[str, Any]
-    options: RequestOptions
+    params: Mapping[str, Any] = field(repr=False)  # card data, emails: not for a log line
+    options: RequestOptions = field(repr=False)  # a per-call api_key
     base_address: BaseAddress
     usage: list[str] | None
 

@@ -21,7 +21,7 @@ from safe_effects._adapter import ProviderAdapter
 from safe_effects._adapter_registry import ENTRY_POINT_GROUP, load_adapters
 from safe_effects._errors import InvalidInput, SafeEffectsError
 from safe_effects._ledger import Ledger
-from safe_effects._store_url import SQLITE_PREFIX, open_store
+from safe_effects._store_url import SQLITE_PREFIX, open_store, redacted
 
 DEBUG_ENV = "SAFE_EFFECTS_DEBUG"
 P = ParamSpec("P")
@@ -106,7 +106,7 @@ def opened(store: str, *, worker_id: str | None = None) -> Iterator[Ledger]:
         pending = ledger.store.pending_migrations()
         if pending:
             raise InvalidInput(
-                f"the ledger at {store} lacks schema migration(s) {', '.join(map(str, pending))}: run "
+                f"the ledger at {redacted(store)} lacks schema migration(s) {', '.join(map(str, pending))}: run "
                 "`safe-effects migrate` first (docs/operations.md, Store schema, says what each one locks)"
             )
         yield ledger

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from safe_effects._store_url import open_store
+from safe_effects._store_url import open_store, redacted
 
 from ._common import AsJson, StoreUrl, emit, print_json
 
@@ -16,6 +16,6 @@ def migrate(*, store: StoreUrl, as_json: AsJson = False) -> None:
     finally:
         opened.close()
     if as_json:
-        print_json({"store": store, "applied": pending})
+        print_json({"store": redacted(store), "applied": pending})  # a password never reaches a log
         return
     emit(f"applied migration(s) {', '.join(map(str, pending))}" if pending else "the schema is up to date")
