@@ -303,13 +303,13 @@ machine on 2026-11-29 and is not part of the page's run.
   the machine's CPU per effect. Measured over synchronised 8-worker slices (all CPU in /proc/stat, start-up
   excluded): raw 434-500 us, design floor 459-528 us, executor 809-850 us, a ratio of 1.7-1.9, close to
   the 8-worker latency ratio (1.6-1.9). Under that contention each process's CPU per effect is 1.7-1.9 x
-  its single-process figure, raw and executor alike. `cpu_split.py` turns the target into a single-process budget: the
-  target leaves the executor roughly 100-140 us of CPU per effect over the design floor. Its use of that
-  budget varied widely between runs (from about 60 to 250 us), because the server's CPU is read from /proc
-  over each slice and moves with anything else PostgreSQL does; the synchronised 8-worker figures above are
-  the steadier measure. By those, meeting the target takes cutting the executor's CPU over the design floor
-  (about 330 us per effect at 8 workers) by some 40%: its Python and driver work as a whole, since no single
-  cost is that large.
+  its single-process figure, raw and executor alike. `cpu_split.py` turns the target into a
+  single-process budget (its reading above is this run's). Across the runs of 2026-11-29 the target left
+  the executor about 90-140 us of CPU per effect over the design floor, and its use of that budget varied
+  widely (about 60-250 us): the server's CPU is read from /proc over each slice and moves with anything
+  else PostgreSQL does. The synchronised 8-worker figures are the steadier measure. By those, meeting the
+  target takes cutting the executor's CPU over the design floor (about 330 us per effect at 8 workers) by
+  some 40%: its Python and driver work as a whole, since no single cost is that large.
 - **SQLite at 8 workers is not CPU-bound.** Its writers take turns on one write lock. In the run of
   2026-11-29 19:43 the executor's throughput at 8 workers matched the raw pair's (1553 vs 1501 effects/s)
   while its median latency ratio was 1.60: read the two columns together.
