@@ -296,29 +296,6 @@ class SQLiteStore:
                 before_commit()
         return new  # what was written, validated by plan_transition: no need to parse it back
 
-    def _list_query(
-        self,
-        statuses: Collection[EffectStatus],
-        *,
-        tenant: str | None,
-        provider: str | None,
-        updated_before: datetime | None,
-        limit: int,
-        after: tuple[datetime, str, str] | None = None,
-    ) -> tuple[str, list[Any]]:
-        """The list_by_status SQL and its parameters (kept apart so a test can EXPLAIN exactly this)."""
-        return list_statement(
-            _SELECT,
-            statuses,
-            mark="?",
-            codec=_CODEC,
-            tenant=tenant,
-            provider=provider,
-            updated_before=updated_before,
-            limit=limit,
-            after=after,
-        )
-
     def list_by_status(
         self,
         statuses: Collection[EffectStatus],
@@ -334,8 +311,16 @@ class SQLiteStore:
             raise InvalidInput(f"limit must be >= 0, got {limit}")
         if not statuses:
             return []
-        query, params = self._list_query(
-            statuses, tenant=tenant, provider=provider, updated_before=updated_before, limit=limit, after=after
+        query, params = list_statement(
+            _SELECT,
+            statuses,
+            mark="?",
+            codec=_CODEC,
+            tenant=tenant,
+            provider=provider,
+            updated_before=updated_before,
+            limit=limit,
+            after=after,
         )
         return [from_row(EffectRecord, row, _CODEC) for row in _rows(self._conn().execute(query, params))]
 

@@ -101,7 +101,7 @@ class StripeAdapter:
 
     def refusal(self, request: EffectRequest) -> str | None:
         """Why this adapter's transport sends nothing (the reconciler's lookup-only one), before any record."""
-        reason = getattr(self._transport, "refusal", None)
+        reason = getattr(self._transport, "refusal_reason", None)
         return reason if isinstance(reason, str) else None
 
     def dispatch(self, request: EffectRequest, provider_key: str) -> StripeObject:

@@ -17,7 +17,7 @@ from ._contract import CONNECT_TIMEOUT, READ_TIMEOUT
 class _LookupOnly:
     """A transport over a plain ``stripe.StripeClient`` (public ``raw_request``) that refuses every write."""
 
-    refusal = (
+    refusal_reason = (
         "the Stripe adapter from adapter_from_env only looks effects up; writes (a refund too) go through a "
         "stripe_safe.StripeClient, e.g. client.compensating(original_key).v1.refunds.create(...)"
     )
@@ -26,7 +26,7 @@ class _LookupOnly:
         self._client = client
 
     def send(self, call: StripeCall, idempotency_key: str) -> stripe.StripeObject:
-        raise InvalidInput(self.refusal)  # before any I/O; the ledger refuses a new intent sooner (see refusal)
+        raise InvalidInput(self.refusal_reason)  # before any I/O; the ledger refuses a new intent sooner (see refusal)
 
     def read(
         self, url: str, params: Mapping[str, Any] | None = None, options: RequestOptions | None = None
