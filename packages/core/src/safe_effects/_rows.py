@@ -62,9 +62,38 @@ def json_text(value: Any) -> str:
 
 def utc(value: datetime, name: str) -> datetime:
     """Refuse naive datetimes: stored order must be time order, which needs one known zone."""
+    if value.tzinfo is UTC:  # what the ledger's clock gives: nothing to check or convert
+        return value
     if value.utcoffset() is None:
         raise InvalidInput(f"{name} must be a timezone-aware datetime, got naive {value.isoformat()}")
     return value.astimezone(UTC)
+
+
+class _TimeOut:
+    """A codec's datetime -> bind value, remembering the last conversion.
+
+    One write binds the same ``now`` to up to five columns (created, updated, dispatched, the audit row's
+    ``at``): it is checked and converted once. The input is held, so its identity cannot be reused.
+    """
+
+    __slots__ = ("_last", "_out")
+
+    def __init__(self, out: Callable[[datetime], Any]) -> None:
+        self._out = out
+        self._last: tuple[datetime | None, Any] = (None, None)
+
+    def __call__(self, value: datetime, name: str) -> Any:
+        last = self._last  # one read: another thread may replace the pair meanwhile
+        if last[0] is value:
+            return last[1]
+        converted = self._out(utc(value, name))
+        self._last = (value, converted)
+        return converted
+
+
+@lru_cache(maxsize=16)
+def _time_out(codec: Codec) -> _TimeOut:
+    return _TimeOut(codec.time_out)
 
 
 def _holds(annotation: Any, kind: type) -> bool:
@@ -78,7 +107,8 @@ def _converter(model: type[BaseModel], field: str, codec: Codec) -> Callable[[An
     if field == "tenant":
         return check_tenant
     if field in TIME_FIELDS:
-        return lambda value: codec.time_out(utc(value, field))
+        time_out = _time_out(codec)
+        return lambda value: time_out(value, field)
     if field in JSON_FIELDS:
         return codec.json_out
     annotation = model.model_fields[field].annotation
