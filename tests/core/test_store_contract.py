@@ -597,6 +597,25 @@ def test_a_sqlite_file_that_cannot_be_opened_is_ledger_unavailable(tmp_path: Pat
     store.close()
 
 
+def test_a_full_sqlite_file_is_ledger_unavailable_and_keeps_nothing_of_the_write(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "ledger.db")
+    store.migrate()
+    try:
+        conn = store._conn()  # this thread's connection: cap the file at the pages it has now
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        conn.execute(f"PRAGMA max_page_count = {pages}")
+        big = make(summary={f"k{i}": "x" * 200 for i in range(200)})  # needs new pages
+        with pytest.raises(LedgerUnavailable, match="did not answer: database or disk is full"):
+            store.insert_if_absent(big, actor="t")
+        assert not conn.in_transaction  # rolled back, not left holding the write lock
+        conn.execute(f"PRAGMA max_page_count = {pages * 100}")
+        assert store.get("default", KEY) is None  # nothing of the failed write stayed
+        assert store.insert_if_absent(big, actor="t")[1]
+        assert len(store.audit_trail("default", KEY)) == 1
+    finally:
+        store.close()
+
+
 def test_sqlite_caller_connections(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "ledger.db")
     store.migrate()
