@@ -6,6 +6,7 @@ short busy timeout (SQLite) or ``lock_timeout`` (PostgreSQL), or PostgreSQL term
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import sqlite3
@@ -263,6 +264,90 @@ def test_a_schema_name_with_percent_or_nul_is_refused_before_anything_is_created
     with psycopg.connect(pg_url) as admin:
         created = admin.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'se_test_%%'").fetchall()
     assert not [name for (name,) in created if "off" in name or "nul" in name]
+
+
+def _setting(store: PostgresStore, name: str) -> str:
+    with store._checkout() as conn:  # a pooled connection, as the store's statements get it
+        row = conn.execute("SELECT current_setting(%s)", (name,)).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_claim_stuck_behind_another_sessions_lock_ends_at_the_statement_timeout(
+    store_url: str, adapter: HookedAdapter, fake: GenericFakeProvider
+) -> None:
+    """Without a statement timeout the worker would wait for as long as an operator's forgotten session holds
+    the row: here the lock is released after 5 s, so a missing timeout shows as a dispatch, not a hang."""
+    conninfo, _, schema = store_url.rpartition("?schema=")
+    ledger = Ledger(PostgresStore(conninfo, schema=schema, statement_timeout=0.2), retry=FAST_RETRY, lease=LEASE)
+    other = psycopg.connect(conninfo)
+    try:
+        ledger.prepare(adapter, REQUEST, intent_key=KEY)
+        other.execute(f'SELECT 1 FROM "{schema}".effect_intents WHERE intent_key = %s FOR UPDATE', (KEY,))
+        safety_net = threading.Timer(5, other.rollback)
+        safety_net.start()
+        with pytest.raises(LedgerUnavailable, match="statement timeout"):
+            ledger.execute(adapter, REQUEST, intent_key=KEY)
+        safety_net.cancel()
+        other.rollback()
+        assert adapter.dispatches == []
+        assert fake.effects() == []
+        assert ledger.get(KEY).status is S.PREPARED
+        assert [a.to_status for a in ledger.store.audit_trail("default", KEY)] == [S.PREPARED]
+    finally:
+        other.close()
+        ledger.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_the_statement_timeout_defaults_to_30_s_and_yields_to_one_the_url_sets(store_url: str) -> None:
+    conninfo, _, schema = store_url.rpartition("?schema=")
+    stores = {
+        "default": PostgresStore(conninfo, schema=schema),
+        "from the URL": PostgresStore(f"{conninfo}?options=-c%20statement_timeout%3D5s", schema=schema),
+        "none": PostgresStore(conninfo, schema=schema, statement_timeout=None),
+    }
+    try:
+        assert {name: _setting(store, "statement_timeout") for name, store in stores.items()} == {
+            "default": "30s",
+            "from the URL": "5s",
+            "none": "0",
+        }
+    finally:
+        for store in stores.values():
+            store.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("statement_timeout", [0, -1.0, float("nan")])
+def test_a_statement_timeout_that_is_not_a_positive_number_is_refused(pg_url: str, statement_timeout: float) -> None:
+    with pytest.raises(InvalidInput, match="statement_timeout must be a positive number"):
+        PostgresStore(pg_url, schema="se_test_never_made", statement_timeout=statement_timeout)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_migration_waits_for_another_processes_migration_past_the_statement_timeout(
+    fresh_store_url: Callable[[], str],
+) -> None:
+    """Migrations may build indexes on large tables or wait for another process's migration: the statement
+    timeout that bounds the ledger's short writes must not cancel them."""
+    conninfo, _, schema = fresh_store_url().rpartition("?schema=")
+    store = PostgresStore(conninfo, schema=schema, statement_timeout=0.2)
+    lock = int.from_bytes(hashlib.sha256(f"safe_effects:{schema}".encode()).digest()[:8], signed=True)
+    other = psycopg.connect(conninfo, autocommit=True)
+    try:
+        other.execute("SELECT pg_advisory_lock(%s::bigint)", (lock,))  # as a migration in another process
+        threading.Timer(1.0, lambda: other.execute("SELECT pg_advisory_unlock(%s::bigint)", (lock,))).start()
+        store.migrate()
+        assert store.pending_migrations() == []
+        assert _setting(store, "statement_timeout") == "200ms"  # SET LOCAL: only the migration ran without it
+    finally:
+        other.close()
+        store.close()
 
 
 @pytest.mark.postgres

@@ -116,10 +116,25 @@ def _input_waiting(fd: int) -> bool:
     return bool(select.select([fd], [], [], 0)[0])
 
 
-def _read_committed(conn: Connection[Any]) -> None:
-    """Every new connection: the conditional writes rely on READ COMMITTED re-checks, whatever the database's or
-    role's default (under SERIALIZABLE, two racing claims end in a serialization failure, not a wait)."""
-    conn.execute("SET default_transaction_isolation TO 'read committed'")
+class _Configure:
+    """What every new pool connection is set to before its first use."""
+
+    __slots__ = ("_statement_timeout",)
+
+    def __init__(self, statement_timeout: float | None) -> None:
+        self._statement_timeout = None if statement_timeout is None else f"{round(statement_timeout * 1000)}ms"
+
+    def __call__(self, conn: Connection[Any]) -> None:
+        # the conditional writes rely on READ COMMITTED re-checks, whatever the database's or role's default
+        # (under SERIALIZABLE, two racing claims end in a serialization failure, not a wait)
+        conn.execute("SET default_transaction_isolation TO 'read committed'")
+        if self._statement_timeout is not None:
+            # a statement stuck behind someone else's lock ends as LedgerUnavailable instead of holding the
+            # worker forever; a timeout the URL's options, PGOPTIONS, the role or the database set is kept
+            conn.execute(
+                "SELECT set_config('statement_timeout', %s, false) WHERE current_setting('statement_timeout') = '0'",
+                (self._statement_timeout,),
+            )
 
 
 class _Pooled(Protocol):
@@ -197,10 +212,14 @@ class PostgresStore:
         max_size: int = 10,
         timeout: float = 30.0,
         connect_timeout: int = 10,
+        statement_timeout: float | None = 30.0,
     ) -> None:
         """``timeout``: seconds a call waits for a pooled connection before :class:`LedgerUnavailable`.
         ``connect_timeout``: libpq's bound on each new connection, unless the conninfo or ``PGCONNECT_TIMEOUT``
-        sets one. The database is connected to once here, so a wrong or unreachable one fails the open."""
+        sets one. ``statement_timeout``: seconds one statement may run (waiting on a lock included) before it
+        is cancelled as :class:`LedgerUnavailable`, unless the connection already has a timeout (the URL's
+        ``options``, ``PGOPTIONS``, the role or the database); ``None`` sets none. Migrations run without it.
+        The database is connected to once here, so a wrong or unreachable one fails the open."""
         try:
             import psycopg  # noqa: PLC0415  # optional extra: imported only when a PostgresStore is made
             from psycopg import sql  # noqa: PLC0415  # idem
@@ -220,6 +239,8 @@ class PostgresStore:
             # statements are rendered once with the schema inside, then run with parameters: psycopg would read
             # a % in the name as a placeholder (and PostgreSQL holds no NUL)
             raise InvalidInput(f"schema {schema!r} holds a '%' or NUL character, which this store cannot use in names")
+        if statement_timeout is not None and not statement_timeout > 0:
+            raise InvalidInput(f"statement_timeout must be a positive number of seconds or None, got {statement_timeout!r}")
         self.schema = schema
         self._connection_type = psycopg.Connection
         self._dict_row = dict_row
@@ -238,7 +259,7 @@ class PostgresStore:
             timeout=timeout,
             kwargs=_connection_options(conninfo, connect_timeout),
             connection_class=_store_connection(),
-            configure=_read_committed,
+            configure=_Configure(statement_timeout),
             check=_ping_if_suspect,
             open=True,
         )
@@ -338,6 +359,8 @@ class PostgresStore:
         """Apply pending migrations under a per-schema advisory lock, so concurrent callers run them once."""
         lock = int.from_bytes(hashlib.sha256(f"safe_effects:{self.schema}".encode()).digest()[:8], signed=True)
         with self._checkout() as conn, conn.transaction():
+            # an index built on a large table, or a wait for another process's migration, may take long
+            conn.execute("SET LOCAL statement_timeout = 0")
             conn.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (lock,))
             # checked first: CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when it exists
             if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)).fetchone() is None:
