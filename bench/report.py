@@ -17,6 +17,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import timeit
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -161,6 +162,22 @@ def postgres_version(pg: str) -> str:
         return f"unreachable ({type(error).__name__})"
 
 
+def python_yardstick_ms() -> float:
+    """Milliseconds a 1,000,000-step pure-Python loop takes here (best of 5).
+
+    The executor's cost over the raw commits is mostly Python, so its ratios move with how fast a machine runs
+    Python next to how fast it syncs a disk: this figure lets runs on different machines be compared.
+    """
+
+    def loop() -> int:
+        total = 0
+        for step in range(1_000_000):
+            total += step
+        return total
+
+    return min(timeit.repeat(loop, number=1, repeat=5)) * 1000
+
+
 def machine_facts(pg: str, load_before: tuple[float, float, float], load_after: tuple[float, float, float]) -> str:
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     load = "{:.2f} {:.2f} {:.2f}".format
@@ -169,6 +186,7 @@ def machine_facts(pg: str, load_before: tuple[float, float, float], load_after: 
         ("nproc", f"{usable} (os.cpu_count: {os.cpu_count()})"),
         ("Python", f"{platform.python_version()} ({platform.python_implementation()})"),
         ("platform", platform.platform()),
+        ("Python yardstick: a 1,000,000-step loop, best of 5", f"{python_yardstick_ms():.0f} ms"),
         ("SQLite", sqlite3.sqlite_version),
         ("PostgreSQL", postgres_version(pg)),
         ("load average (1, 5, 15 min) before / after", f"{load(*load_before)} / {load(*load_after)}"),
@@ -395,6 +413,9 @@ two commits it cannot avoid.
 
 {note}Medians resist outliers but not a machine that is busy for the whole run: compare figures within one run
 (the two-commit floor is measured in the same rounds for exactly that reason), and check the load average.
+Between machines, the Python yardstick says how fast each runs Python: the executor's cost over the raw
+commits is mostly Python while the commits are mostly disk and database, so on a machine with a slower
+yardstick the same code shows higher ratios.
 
 ## Figures
 

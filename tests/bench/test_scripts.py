@@ -9,6 +9,7 @@ correctness figure they print is checked: 8 processes on one key make exactly on
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -101,3 +102,10 @@ def test_cpu_split_rows_and_readings_are_read(report: ModuleType, pg: str, store
     assert {m["store"] for m in readings} == expected
     if pg:  # the test database runs on this machine: its processes' CPU is read, so the budget is printed
         assert any(m["store"] == "postgres" and "the executor uses" in m["text"] for m in readings), out
+
+
+def test_the_machine_facts_carry_a_python_yardstick(report: ModuleType) -> None:
+    """Runs on different machines are compared by it: the executor's extra cost is mostly Python."""
+    facts = report.machine_facts("", (0.0, 0.0, 0.0), (0.0, 0.0, 0.0))
+    [row] = [line for line in facts.splitlines() if "yardstick" in line]
+    assert re.fullmatch(r"\| Python yardstick: a 1,000,000-step loop, best of 5 \| [1-9]\d* ms \|", row), row
