@@ -116,12 +116,33 @@ def _input_waiting(fd: int) -> bool:
     return bool(select.select([fd], [], [], 0)[0])
 
 
+def _checked_schema(schema: str) -> str:
+    """``schema`` if this store can use it as a name, else :class:`InvalidInput` before anything is created."""
+    if not schema:
+        raise InvalidInput("schema must not be empty")
+    if len(schema.encode()) > _MAX_IDENTIFIER_BYTES:
+        # two longer names that share their first 63 bytes would silently be one schema, one ledger
+        raise InvalidInput(
+            f"schema {schema[:80]!r} is {len(schema.encode())} bytes; PostgreSQL names hold at most "
+            f"{_MAX_IDENTIFIER_BYTES}"
+        )
+    if "%" in schema or "\x00" in schema:
+        # statements are rendered once with the schema inside, then run with parameters: psycopg would read
+        # a % in the name as a placeholder (and PostgreSQL holds no NUL)
+        raise InvalidInput(f"schema {schema!r} holds a '%' or NUL character, which this store cannot use in names")
+    return schema
+
+
 class _Configure:
     """What every new pool connection is set to before its first use."""
 
     __slots__ = ("_statement_timeout",)
 
     def __init__(self, statement_timeout: float | None) -> None:
+        if statement_timeout is not None and not statement_timeout > 0:  # NaN is not > 0 either
+            raise InvalidInput(
+                f"statement_timeout must be a positive number of seconds or None, got {statement_timeout!r}"
+            )
         self._statement_timeout = None if statement_timeout is None else f"{round(statement_timeout * 1000)}ms"
 
     def __call__(self, conn: Connection[Any]) -> None:
@@ -227,21 +248,8 @@ class PostgresStore:
             from psycopg_pool import ConnectionPool  # noqa: PLC0415  # idem
         except ImportError as error:
             raise MissingDependency("psycopg", "postgres") from error
-        if not schema:
-            raise InvalidInput("schema must not be empty")
-        if len(schema.encode()) > _MAX_IDENTIFIER_BYTES:
-            # two longer names that share their first 63 bytes would silently be one schema, one ledger
-            raise InvalidInput(
-                f"schema {schema[:80]!r} is {len(schema.encode())} bytes; PostgreSQL names hold at most "
-                f"{_MAX_IDENTIFIER_BYTES}"
-            )
-        if "%" in schema or "\x00" in schema:
-            # statements are rendered once with the schema inside, then run with parameters: psycopg would read
-            # a % in the name as a placeholder (and PostgreSQL holds no NUL)
-            raise InvalidInput(f"schema {schema!r} holds a '%' or NUL character, which this store cannot use in names")
-        if statement_timeout is not None and not statement_timeout > 0:
-            raise InvalidInput(f"statement_timeout must be a positive number of seconds or None, got {statement_timeout!r}")
-        self.schema = schema
+        self.schema = _checked_schema(schema)
+        configure = _Configure(statement_timeout)  # checked before a connection is made
         self._connection_type = psycopg.Connection
         self._dict_row = dict_row
         self._codec = Codec(
@@ -259,7 +267,7 @@ class PostgresStore:
             timeout=timeout,
             kwargs=_connection_options(conninfo, connect_timeout),
             connection_class=_store_connection(),
-            configure=_Configure(statement_timeout),
+            configure=configure,
             check=_ping_if_suspect,
             open=True,
         )
