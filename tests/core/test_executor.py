@@ -693,3 +693,17 @@ def test_tenant_allow_list(store_url: str, tmp_path: Path) -> None:
         strict.execute(env.adapter, CHARGE, intent_key=KEY, tenant="globex")
     strict.execute(env.adapter, CHARGE, intent_key=KEY, tenant="acme")
     assert [e.key for e in env.fake.effects()] == [f"acme/{KEY}"]
+
+
+@pytest.mark.parametrize(
+    ("worker_id", "named"), [("w\x00rker", "worker_id holds a lone surrogate or NUL"), (7, "worker_id must be a str")]
+)
+def test_a_worker_id_no_store_can_hold_is_refused_when_the_ledger_is_made(
+    store_url: str, tmp_path: Path, worker_id: object, named: str
+) -> None:
+    """It becomes every claim's lease owner: PostgreSQL would refuse each claim inside its INSERT instead."""
+    env = make_env(store_url, tmp_path)
+    with pytest.raises(InvalidInput, match=named):
+        env.other_ledger(worker_id=worker_id)
+    assert env.ledger.store.get("default", KEY) is None
+    assert env.fake.requests() == []

@@ -11,6 +11,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -348,6 +349,24 @@ def test_a_migration_waits_for_another_processes_migration_past_the_statement_ti
     finally:
         other.close()
         store.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_an_open_that_refuses_an_option_leaves_no_connection_behind(store_url: str, pg_url: str) -> None:
+    """Ledger.open opens the store before the ledger checks its options: a refusal closes the pool again."""
+    conninfo, _, schema = store_url.rpartition("?schema=")
+    tag = f"se-refused-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(InvalidInput, match="worker_id"):
+        Ledger.open(f"{conninfo}?application_name={tag}&schema={schema}", worker_id="w\x00")
+    deadline = time.monotonic() + 5
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        while True:
+            left = admin.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (tag,)).fetchone()
+            if left == (0,) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    assert left == (0,)
 
 
 @pytest.mark.postgres

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from safe_effects import Reconciler
+from safe_effects import EffectStatus, InvalidInput, Operator, Reconciler, Resolution
 
 if TYPE_CHECKING:
     from conftest import Ops
@@ -223,3 +223,44 @@ def test_a_new_request_replaces_one_left_over_from_a_purged_record(ops: Ops) -> 
     approvals = ops.cli_json("show", KEY)["approvals"]
     assert [(a["state"], a["requested_by"]) for a in approvals] == [("stale", "alice"), ("pending", "carol")]
     assert ops.ledger.get(KEY) == again
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"operator": "al\x00ice"}, "operator identity"),
+        ({"reason": "seen\x00"}, "a reason"),
+        ({"provider_result_id": "fx_\ud800"}, "the provider's id"),
+        ({"evidence": "dash\x00board"}, "the evidence reference"),
+    ],
+)
+def test_text_no_store_can_hold_is_refused_before_anything_is_written(
+    ops: Ops, fields: dict[str, str], named: str
+) -> None:
+    """PostgreSQL refuses a NUL inside its INSERT with its own error; both stores refuse it here, typed."""
+    record = ops.unknown(KEY, happened=False)
+    trail = ops.trail(KEY)
+    call = {"to": EffectStatus.REJECTED, "operator": "alice", "reason": "seen", **fields}
+    with pytest.raises(InvalidInput, match=f"{named}.* holds a lone surrogate or NUL"):
+        Operator(ops.ledger).resolve(KEY, expect_version=record.version, **call)
+    assert ops.ledger.get(KEY) == record
+    assert ops.trail(KEY) == trail
+    assert ops.ledger.store.approvals() == []
+    assert len(ops.fake.effects()) == 0
+
+
+def test_an_approvers_reason_no_store_can_hold_leaves_the_request_pending(ops: Ops) -> None:
+    record = ops.unknown(KEY, amount=500_000)
+    parked = resolve(ops, *CONFIRM, version=record.version, env=BIG)
+    assert parked.exit_code == 0, parked.output
+    with pytest.raises(InvalidInput, match=r"the approver's reason .* holds a lone surrogate or NUL"):
+        Operator(ops.ledger).approve(KEY, operator="bob", reason="ok\x00")
+    assert ops.ledger.get(KEY) == record
+    assert [a.state for a in ops.ledger.store.approvals()] == ["pending"]
+
+
+def test_settle_refuses_an_actor_no_store_can_hold(ops: Ops) -> None:
+    record = ops.unknown(KEY)
+    with pytest.raises(InvalidInput, match="actor holds a lone surrogate or NUL"):
+        ops.ledger.settle(record, EffectStatus.REJECTED, resolution=Resolution(method="operator"), actor="x\x00")
+    assert ops.ledger.get(KEY) == record

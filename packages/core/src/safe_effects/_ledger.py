@@ -60,7 +60,7 @@ from ._records import EffectRecord, Evidence, EvidenceVerdict, Receipt, Resoluti
 from ._states import EffectStatus
 from ._store import Store
 from ._tenants import DEFAULT_TENANT, check_tenant
-from ._text import storable_text
+from ._text import check_storable
 from ._unsent import UnsentClaims
 
 R = TypeVar("R")
@@ -149,7 +149,10 @@ class Ledger:
     ) -> None:
         self.store = store
         self.clock = clock
-        self.worker_id = worker_id or _default_worker_id()
+        if worker_id is not None and not isinstance(worker_id, str):
+            raise InvalidInput(f"worker_id must be a str, got {type(worker_id).__name__}")
+        # it is every claim's lease owner: a NUL in it would fail each claim inside PostgreSQL's INSERT
+        self.worker_id = check_storable(worker_id, "worker_id") if worker_id else _default_worker_id()
         self.lease = lease
         self.retry = retry
         self.tenants = frozenset(check_tenant(t) for t in tenants) if tenants is not None else None
@@ -167,8 +170,12 @@ class Ledger:
         from ._store_url import open_store  # noqa: PLC0415 - keeps psycopg out of import time
 
         store = open_store(url)
-        store.migrate()
-        return cls(store, **options)
+        try:
+            store.migrate()
+            return cls(store, **options)
+        except BaseException:  # a refused option (worker_id, tenants) must not leave a pool or files open
+            store.close()
+            raise
 
     def close(self) -> None:
         self.store.close()
@@ -316,6 +323,9 @@ class Ledger:
 
         ``detail`` lands in the audit row (operator, approver, evidence reference) next to the reason.
         """
+        check_storable(actor, "actor")
+        if provider_result_id is not None:
+            check_storable(provider_result_id, "provider_result_id")
         now = self.clock()
         changes: dict[str, Any] = {
             "resolved_at": now,
@@ -380,8 +390,8 @@ class Ledger:
             if compensates == key:
                 raise InvalidInput(f"intent {key!r} cannot compensate itself")
         for name, text in (("workflow_id", workflow_id), ("step_id", step_id)):
-            if isinstance(text, str) and not storable_text(text):
-                raise InvalidInput(f"intent {key!r}: {name} holds a lone surrogate or NUL, which no store holds")
+            if isinstance(text, str):
+                check_storable(text, f"intent {key!r}: {name}")
         digest = request_digest(
             {"provider": adapter.provider, "operation": request.operation, "params": dict(request.params)}
         )

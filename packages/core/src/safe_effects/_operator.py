@@ -18,6 +18,7 @@ from ._ledger import Ledger
 from ._records import EffectRecord, Evidence, EvidenceVerdict, Receipt, Resolution
 from ._states import EffectStatus
 from ._tenants import DEFAULT_TENANT
+from ._text import check_storable
 from ._thresholds import ApprovalThresholds
 
 S = EffectStatus
@@ -45,7 +46,11 @@ def _required(value: str | None, what: str) -> str:
     text = (value or "").strip()
     if not text:
         raise InvalidInput(f"{what} is required")
-    return text
+    return check_storable(text, what)
+
+
+def _optional(value: str | None, what: str) -> str | None:
+    return None if value is None else check_storable(value, what)
 
 
 class Operator:
@@ -75,6 +80,8 @@ class Operator:
         if to is S.CONFIRMED:
             provider_result_id = _required(provider_result_id, "to confirm, the provider's id (--provider-id)")
             evidence = _required(evidence, "to confirm, an evidence reference (--evidence)")
+        provider_result_id = _optional(provider_result_id, "the provider's id (--provider-id)")
+        evidence = _optional(evidence, "the evidence reference (--evidence)")
         record = self._current(intent_key, tenant, expect_version)
         self._check_evidence(record, to)
         why = self.thresholds.requires_approval(record.summary)
@@ -116,6 +123,7 @@ class Operator:
     ) -> Decision:
         """Apply another operator's pending resolution, conditional on the version they saw."""
         operator = _required(operator, "operator identity (--operator)")
+        reason = _optional(reason, "the approver's reason (--reason)")
         approval = self._pending(intent_key, tenant)
         if _same_person(operator, approval.requested_by):
             raise ApprovalError(

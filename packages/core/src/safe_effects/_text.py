@@ -10,6 +10,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ._errors import InvalidInput
+
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
@@ -22,6 +24,13 @@ def utf8_text(text: str) -> bool:
 def storable_text(text: str) -> bool:
     """Whether every store can hold ``text``: UTF-8, and no NUL."""
     return _UNSTORABLE.search(text) is None
+
+
+def check_storable(text: str, what: str) -> str:
+    """``text`` if every store can hold it; else :class:`InvalidInput` naming ``what``, before any write."""
+    if not storable_text(text):
+        raise InvalidInput(f"{what} holds a lone surrogate or NUL, which no store holds")
+    return text
 
 
 def holds_unstorable_text(parsed: Any) -> bool:
