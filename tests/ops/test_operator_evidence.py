@@ -11,7 +11,15 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from safe_effects import ApprovalThresholds, EffectStatus, EffectUnknown, Evidence, EvidenceVerdict, Operator
+from safe_effects import (
+    ApprovalThresholds,
+    EffectStatus,
+    EffectUnknown,
+    Evidence,
+    EvidenceVerdict,
+    InvalidInput,
+    Operator,
+)
 from safe_effects.testing import FakeFailure
 
 if TYPE_CHECKING:
@@ -102,3 +110,24 @@ def test_a_refund_in_doubt_needs_a_second_operator(ops: Ops, params: dict[str, o
     assert decision.pending  # alice alone cannot call a refund in doubt "never happened"
     assert ops.ledger.get(refund) == doubt
     assert len(ops.fake.effects(f"default/{refund}")) == 1
+
+
+@pytest.mark.parametrize("where", ["kind", "detail"])
+def test_evidence_holding_text_no_store_can_hold_is_refused_and_decides_nothing(ops: Ops, where: str) -> None:
+    record = ops.unknown(KEY)
+    fields = {"kind": "delivered\x00"} if where == "kind" else {"kind": "delivered", "detail": {"note": "\ud800"}}
+    bad = Evidence(
+        tenant="default",
+        intent_key=KEY,
+        provider="fake",
+        source="fake_webhook",
+        event_id="evt_bad",
+        verdict=V.CONFIRMS,
+        provider_result_id="fx_1",
+        received_at=ops.ledger.clock(),
+        **fields,
+    )
+    with pytest.raises(InvalidInput, match="evidence 'evt_bad' holds a lone surrogate or NUL"):
+        ops.ledger.record_evidence(bad)
+    assert ops.ledger.store.evidence_for("default", KEY) == []
+    assert ops.ledger.get(KEY) == record

@@ -60,7 +60,7 @@ from ._records import EffectRecord, Evidence, EvidenceVerdict, Receipt, Resoluti
 from ._states import EffectStatus
 from ._store import Store
 from ._tenants import DEFAULT_TENANT, check_tenant
-from ._text import check_storable
+from ._text import check_storable, holds_unstorable_text
 from ._unsent import UnsentClaims
 
 R = TypeVar("R")
@@ -353,6 +353,8 @@ class Ledger:
     def record_evidence(self, evidence: Evidence) -> bool:
         """Store provider evidence once; if it decides an unknown intent, settle it now. False if a duplicate."""
         self._tenant(evidence.tenant)
+        if holds_unstorable_text(evidence.model_dump(mode="json")):
+            raise InvalidInput(f"evidence {evidence.event_id!r} holds a lone surrogate or NUL, which no store holds")
         if not self.store.add_evidence(evidence):
             return False
         record = self.store.get(evidence.tenant, evidence.intent_key)
