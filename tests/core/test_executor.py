@@ -630,6 +630,7 @@ def test_bad_input_is_typed_and_writes_nothing(
         (lambda e: e.ledger.execute(e.adapter, CHARGE, intent_key=KEY, workflow_id=5), "invalid workflow_id"),
         (lambda e: e.ledger.prepare(e.adapter, CHARGE, intent_key=KEY, step_id=["s"]), "invalid step_id"),
         (lambda e: EffectRequest(operation=5, params={}), r"EffectRequest\.operation must be"),
+        (lambda e: EffectRequest(operation="char\x00ge", params={}), r"EffectRequest\.operation must be .*storable"),
         (lambda e: EffectRequest(operation="charge", params=[1, 2]), r"EffectRequest\.params must be a mapping"),
         (lambda e: EffectRequest(operation="charge", params=None), r"EffectRequest\.params must be a mapping"),
         (
@@ -653,6 +654,7 @@ def test_bad_input_is_typed_and_writes_nothing(
         "workflow_id",
         "step_id",
         "operation",
+        "operation_nul",
         "params_list",
         "params_none",
         "summary_int",

@@ -83,8 +83,8 @@ class EffectRequest:
         operation: object = self.operation  # as given at runtime, whatever the annotations promise
         params: object = self.params
         summary: object = self.summary
-        if not isinstance(operation, str) or not operation:
-            raise InvalidInput(f"EffectRequest.operation must be a non-empty str, got {operation!r}")
+        if not isinstance(operation, str) or not operation or not storable_text(operation):
+            raise InvalidInput(f"EffectRequest.operation must be a non-empty, storable str (no NUL), got {operation!r}")
         if not isinstance(params, Mapping):
             raise InvalidInput(f"EffectRequest.params must be a mapping, got {type(params).__name__}")
         if not isinstance(summary, Mapping) or not all(
