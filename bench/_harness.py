@@ -138,31 +138,31 @@ def _sqlite_pair(path: str, *, audit: bool) -> Iterator[Callable[[str], None]]:
     conn.execute("PRAGMA busy_timeout = 30000")
     now, lease = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')", "strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+120 seconds')"
     claim = (
-        f"INSERT INTO effect_intents ({_CLAIM_COLUMNS}) VALUES ('bench-raw', ?1, 'bench', 'charge', ?2, "
-        f"'in_flight', 1, ?1, 1, ?3, {lease}, '{{}}', {now}, {now}, {now}, {now})"
+        f"INSERT INTO effect_intents ({_CLAIM_COLUMNS}) VALUES ('bench-raw', ?, 'bench', 'charge', ?, "
+        f"'in_flight', 1, ?, 1, ?, {lease}, '{{}}', {now}, {now}, {now}, {now})"
     )
     confirm = (
         f"UPDATE effect_intents SET status = 'confirmed', version = 2, updated_at = {now}, lease_owner = NULL, "
-        f"lease_expires_at = NULL, provider_result_id = ?2, response_digest = ?2, resolved_at = {now}, "
+        f"lease_expires_at = NULL, provider_result_id = ?, response_digest = ?, resolved_at = {now}, "
         """resolution = '{"method":"provider_response"}' """
-        "WHERE tenant_id = 'bench-raw' AND intent_key = ?1 AND status = 'in_flight' AND version = 1"
+        "WHERE tenant_id = 'bench-raw' AND intent_key = ? AND status = 'in_flight' AND version = 1"
     )
     audit_row = (  # the id as the store assigns it: next in this intent's own sequence (migration v3)
-        f"INSERT INTO effect_audit ({_AUDIT_COLUMNS}, id) VALUES ('bench-raw', ?1, {now}, ?2, ?3, ?4, "
-        f"'{_LEASE_OWNER}', ?5, '{{}}', (SELECT coalesce(max(id), 0) + 1 FROM effect_audit "
-        "WHERE tenant_id = 'bench-raw' AND intent_key = ?1))"
+        f"INSERT INTO effect_audit ({_AUDIT_COLUMNS}, id) VALUES ('bench-raw', ?, {now}, ?, ?, ?, "
+        f"'{_LEASE_OWNER}', ?, '{{}}', (SELECT coalesce(max(id), 0) + 1 FROM effect_audit "
+        "WHERE tenant_id = 'bench-raw' AND intent_key = ?))"
     )
 
     def one(key: str) -> None:
         conn.execute("BEGIN IMMEDIATE")
-        conn.execute(claim, (key, _DIGEST, _LEASE_OWNER))
+        conn.execute(claim, (key, _DIGEST, key, _LEASE_OWNER))
         if audit:
-            conn.execute(audit_row, (key, *_CLAIM_AUDIT))
+            conn.execute(audit_row, (key, *_CLAIM_AUDIT, key))
         conn.execute("COMMIT")
         conn.execute("BEGIN IMMEDIATE")
-        conn.execute(confirm, (key, "res_" + key[6:18]))
+        conn.execute(confirm, ("res_" + key[6:18], "res_" + key[6:18], key))
         if audit:
-            conn.execute(audit_row, (key, *_CONFIRM_AUDIT))
+            conn.execute(audit_row, (key, *_CONFIRM_AUDIT, key))
         conn.execute("COMMIT")
 
     try:

@@ -78,12 +78,21 @@ _INSERT = (
     f"INSERT INTO effect_intents ({', '.join(_RECORD_ROW.columns)}) "
     f"VALUES ({', '.join('?' * len(_RECORD_ROW.columns))}) ON CONFLICT (tenant_id, intent_key) DO NOTHING"
 )
-_AUDIT_PARAM = {column: f"?{n}" for n, column in enumerate(_AUDIT_ROW.columns, start=1)}  # numbered: reused
-_INSERT_AUDIT = (  # the id: next in this intent's own sequence (see migration v3), under the write lock
-    f"INSERT INTO effect_audit ({', '.join(_AUDIT_ROW.columns)}, id) VALUES ({', '.join(_AUDIT_PARAM.values())}, "
-    f"(SELECT coalesce(max(id), 0) + 1 FROM effect_audit "
-    f"WHERE tenant_id = {_AUDIT_PARAM['tenant_id']} AND intent_key = {_AUDIT_PARAM['intent_key']}))"
+# the id: next in this intent's own sequence (see migration v3), under the write lock. Plain ? placeholders,
+# the intent bound again for the subquery (see _audit_values): early CPython 3.12 releases warn that a numbered
+# ?1 bound from a sequence is a named parameter (gh-117995), and a run with warnings as errors then fails
+_INSERT_AUDIT = (
+    f"INSERT INTO effect_audit ({', '.join(_AUDIT_ROW.columns)}, id) "
+    f"VALUES ({', '.join('?' * len(_AUDIT_ROW.columns))}, "
+    "(SELECT coalesce(max(id), 0) + 1 FROM effect_audit WHERE tenant_id = ? AND intent_key = ?))"
 )
+
+
+def _audit_values(audit: AuditEntry) -> list[Any]:
+    """``_INSERT_AUDIT``'s parameters: the audit row, then its intent again for the id's subquery."""
+    values = _AUDIT_ROW.values(audit)
+    values += (audit.tenant, str(audit.intent_key))
+    return values
 
 
 @lru_cache(maxsize=64)
@@ -259,7 +268,7 @@ class SQLiteStore:
     ) -> tuple[EffectRecord, bool]:
         """Insert ``record`` and its first audit row unless the key exists; see :class:`Store`."""
         row = _RECORD_ROW.values(record)
-        audit = _AUDIT_ROW.values(first_audit(record, actor=actor, reason=reason))
+        audit = _audit_values(first_audit(record, actor=actor, reason=reason))
         if connection is None:
             with self._write() as conn:
                 return self._insert(conn, record, row, audit)
@@ -313,7 +322,7 @@ class SQLiteStore:
         update, encoder = _update(fields)
         params = encoder.values(new)
         params += (record.tenant, record.intent_key, record.status.value, record.version)
-        audit_row = _AUDIT_ROW.values(audit)  # everything encoded before the write lock is taken
+        audit_row = _audit_values(audit)  # everything encoded before the write lock is taken
         with self._write() as conn:
             if conn.execute(update, params).rowcount != 1:
                 raise stale(record, self._select(conn, record.tenant, record.intent_key))
