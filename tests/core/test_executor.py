@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -56,7 +56,24 @@ class Env:
 
     def other_ledger(self, **options: object) -> Ledger:
         """A second worker on the same store, sharing the clock."""
-        return Ledger.open(self.url, clock=self.clock, retry=NO_WAIT, **options)  # type: ignore[arg-type]
+        return _opened(Ledger.open(self.url, clock=self.clock, retry=NO_WAIT, **options))  # type: ignore[arg-type]
+
+
+_OPEN_LEDGERS: list[Ledger] = []  # every ledger a test here opened, closed after it (see _close_ledgers)
+
+
+def _opened(ledger: Ledger) -> Ledger:
+    _OPEN_LEDGERS.append(ledger)
+    return ledger
+
+
+@pytest.fixture(autouse=True)
+def _close_ledgers() -> Iterator[None]:
+    """Close what the test opened: a PostgreSQL pool's threads and connections, SQLite's files (which
+    Python 3.13 reports as ResourceWarning when they are left to the garbage collector)."""
+    yield
+    while _OPEN_LEDGERS:
+        _OPEN_LEDGERS.pop().close()
 
 
 def make_env(
@@ -75,7 +92,7 @@ def make_env(
     options: dict[str, object] = {"clock": clock, "retry": NO_WAIT}
     if crash_plan is not None:
         options["crash_plan"] = crash_plan
-    ledger = Ledger.open(store_url, **options)  # type: ignore[arg-type]
+    ledger = _opened(Ledger.open(store_url, **options))  # type: ignore[arg-type]
     return Env(ledger, fake, adapter, clock, store_url)
 
 

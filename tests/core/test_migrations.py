@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
+from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -31,7 +32,7 @@ def record(key: str) -> EffectRecord:
 
 def sqlite_at_version(path: Path, version: int) -> None:
     """A SQLite ledger migrated only up to ``version``, as a deployment of that release left it."""
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
         conn.execute(SQLITE_BOOKKEEPING)
         for migration in MIGRATIONS:
             if migration.version > version:
@@ -44,7 +45,7 @@ def sqlite_at_version(path: Path, version: int) -> None:
 def write_as_v2_release(path: Path, keys: list[str]) -> None:
     """What the v2 release wrote for each key: a prepared record claimed once, two audit rows, global ids."""
     stamp = "2026-01-02T03:04:05.678901Z"
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
         for key in keys:
             conn.execute(
                 "INSERT INTO effect_intents (tenant_id, intent_key, provider, operation, request_digest, status, "
@@ -61,7 +62,7 @@ def write_as_v2_release(path: Path, keys: list[str]) -> None:
 
 
 def audit_ids(path: Path) -> list[tuple[str, int, int]]:
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
         return list(conn.execute("SELECT intent_key, id, version FROM effect_audit ORDER BY intent_key, id"))
 
 
@@ -78,7 +79,7 @@ def test_sqlite_v2_ledger_upgrades_keeping_its_audit_trail(tmp_path: Path) -> No
 
         assert audit_ids(path) == before  # every row, same ids, same order
         assert [store.audit_trail("default", f"invoice:inv_{n}:collect:v1") for n in range(3)] == trails
-        with sqlite3.connect(path) as conn:
+        with closing(sqlite3.connect(path, isolation_level=None)) as conn:
             [ddl] = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'effect_audit'").fetchone()
             assert "WITHOUT ROWID" in ddl.upper()
             assert "AUTOINCREMENT" not in ddl.upper()
@@ -105,7 +106,7 @@ def test_sqlite_v2_ledger_upgrades_keeping_its_audit_trail(tmp_path: Path) -> No
 def raw_audit_statement(store: Store, statement: str, request: pytest.FixtureRequest) -> None:
     """Run ``statement`` against the audit table behind the store's back, as a careless operator might."""
     if isinstance(store, SQLiteStore):
-        with sqlite3.connect(store.path) as conn:
+        with closing(sqlite3.connect(store.path, isolation_level=None)) as conn:
             conn.execute(statement.format(table="effect_audit"))
         return
     import psycopg

@@ -15,6 +15,7 @@ import uuid
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -690,11 +691,10 @@ _BIG_LEDGER_STATS = [
 def sqlite_plans(store: SQLiteStore, run: Callable[[SQLiteStore], object]) -> dict[str, str]:
     """Each statement ``run`` makes a fresh store on ``store``'s file execute, with the plan SQLite picks for
     it under big-ledger statistics."""
-    with sqlite3.connect(store.path) as conn:
+    with closing(sqlite3.connect(store.path, isolation_level=None)) as conn:
         conn.execute("ANALYZE")
         conn.execute("DELETE FROM sqlite_stat1")
         conn.executemany("INSERT INTO sqlite_stat1 VALUES (?, ?, ?)", _BIG_LEDGER_STATS)
-    conn.close()
     fresh = SQLiteStore(store.path)  # a new connection loads the statistics
     try:
         ran: list[str] = []

@@ -13,6 +13,7 @@ import hashlib
 import json
 import sqlite3
 from collections.abc import Mapping
+from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -108,17 +109,18 @@ class GenericFakeProvider:
         self.retention = retention
         self.clock = clock
         self.crash_plan = crash_plan
-        with self._connect() as db:
+        with closing(self._connect()) as db:
             db.executescript(_SCHEMA)
 
     def _connect(self) -> sqlite3.Connection:
+        """A new connection, for the caller to close: sqlite3's own ``with`` commits but never closes."""
         db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
         db.execute("PRAGMA journal_mode=WAL")
         return db
 
     def fail_next(self, *failures: FakeFailure) -> None:
         """Queue failures; each request consumes one."""
-        with self._connect() as db:
+        with closing(self._connect()) as db:
             db.executemany("INSERT INTO failures (failure) VALUES (?)", [(f.value,) for f in failures])
 
     def handle(self, key: str, params: Mapping[str, Any]) -> str:
@@ -192,7 +194,7 @@ class GenericFakeProvider:
 
     def effects(self, key: str | None = None) -> list[FakeEffect]:
         """Every effect the provider committed (optionally for one key): the provider's side of the truth."""
-        with self._connect() as db:
+        with closing(self._connect()) as db:
             rows = db.execute(
                 "SELECT key, result_id, digest, at FROM effects WHERE ? IS NULL OR key = ? ORDER BY seq",
                 (key, key),
@@ -201,7 +203,7 @@ class GenericFakeProvider:
 
     def requests(self, key: str | None = None) -> list[tuple[str, str]]:
         """(key, outcome) for every request that reached the provider."""
-        with self._connect() as db:
+        with closing(self._connect()) as db:
             rows = db.execute(
                 "SELECT key, outcome FROM requests WHERE ? IS NULL OR key = ? ORDER BY seq", (key, key)
             ).fetchall()
