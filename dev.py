@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """One entry point for a fresh machine: `python3 dev.py demo` or `python3 dev.py test`.
 
-Both create ./.venv (Python >= 3.11), install every package of the workspace in editable mode plus the dev
-tools, and then run the demo or the whole test suite. Re-running is cheap: pip skips what is installed.
+Both create ./.venv (Python >= 3.11) with the Python that runs this script (`python3.13 dev.py test` makes it
+again for 3.13), install every package of the workspace in editable mode plus the dev tools, and then run the
+demo or the whole test suite. Re-running is cheap: pip skips what is installed.
 """
 
 from __future__ import annotations
@@ -27,6 +28,18 @@ def venv_python() -> Path:
     return VENV / "bin" / "python"
 
 
+def venv_version() -> str | None:
+    """The major.minor of the Python ./.venv was made with, or None when there is none."""
+    config = VENV / "pyvenv.cfg"
+    if not config.exists():
+        return None
+    for line in config.read_text().splitlines():
+        name, _, value = line.partition("=")
+        if name.strip() in ("version", "version_info"):
+            return ".".join(value.strip().split(".")[:2])
+    return None
+
+
 def run(*args: str | Path) -> None:
     print("+", " ".join(str(a) for a in args), flush=True)
     subprocess.run([str(a) for a in args], cwd=ROOT, check=True)
@@ -35,8 +48,12 @@ def run(*args: str | Path) -> None:
 def setup() -> None:
     if sys.version_info < (3, 11):  # noqa: UP036 - dev.py runs under whatever python3 the machine has
         sys.exit(f"safe-effects needs Python >= 3.11, this is {sys.version.split()[0]}")
-    if not venv_python().exists():
-        venv.EnvBuilder(with_pip=True).create(VENV)
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    made_with = venv_version()
+    if made_with is not None and made_with != running:  # `python3.13 dev.py test` tests on 3.13, not the old venv
+        print(f"./.venv is Python {made_with}, this is {running}: making it again", flush=True)
+    if made_with != running or not venv_python().exists():
+        venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
     py = venv_python()
     run(py, "-m", "pip", "install", "--quiet", "--upgrade", "pip>=25.1")
     editable = [arg for pkg in PACKAGES for arg in ("-e", pkg)]

@@ -1,0 +1,40 @@
+"""dev.py, the set-up entry point: it makes ./.venv again when run by another Python than the one that made it."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def dev(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    spec = importlib.util.spec_from_file_location("dev_script", ROOT / "dev.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "VENV", tmp_path / ".venv")
+    return module
+
+
+@pytest.mark.parametrize(
+    ("config", "version"),
+    [
+        ("home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.13.0\n", "3.13"),
+        ("home = /usr/bin\nversion_info = 3.12.1.final.0\n", "3.12"),  # virtualenv's spelling
+        ("home = /usr/bin\n", None),
+    ],
+)
+def test_the_venvs_python_is_read_from_its_config(dev: ModuleType, config: str, version: str | None) -> None:
+    dev.VENV.mkdir()
+    (dev.VENV / "pyvenv.cfg").write_text(config)
+    assert dev.venv_version() == version
+
+
+def test_no_venv_has_no_version(dev: ModuleType) -> None:
+    assert dev.venv_version() is None
