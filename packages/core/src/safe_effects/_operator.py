@@ -80,8 +80,9 @@ class Operator:
         if to is S.CONFIRMED:
             provider_result_id = _required(provider_result_id, "to confirm, the provider's id (--provider-id)")
             evidence = _required(evidence, "to confirm, an evidence reference (--evidence)")
-        provider_result_id = _optional(provider_result_id, "the provider's id (--provider-id)")
-        evidence = _optional(evidence, "the evidence reference (--evidence)")
+        else:
+            provider_result_id = _optional(provider_result_id, "the provider's id (--provider-id)")
+            evidence = _optional(evidence, "the evidence reference (--evidence)")
         record = self._current(intent_key, tenant, expect_version)
         self._check_evidence(record, to)
         why = self.thresholds.requires_approval(record.summary)

@@ -121,6 +121,12 @@ def _alive(owner: weakref.ref[threading.Thread]) -> bool:
     return thread is not None and thread.is_alive()
 
 
+def _raise_if_unavailable(error: sqlite3.OperationalError, what: str) -> None:
+    """A locked, failing or full file is :class:`LedgerUnavailable` (``what``: the message's start)."""
+    if error.sqlite_errorname.startswith(_UNAVAILABLE):
+        raise LedgerUnavailable(f"{what}: {error}") from error
+
+
 class _WriteTransaction:
     """``with store._write() as conn``: BEGIN IMMEDIATE, the body, COMMIT; ROLLBACK if anything fails.
 
@@ -138,7 +144,7 @@ class _WriteTransaction:
         try:
             self._conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as error:
-            self._raise_if_unavailable(error)
+            _raise_if_unavailable(error, f"the SQLite ledger {self._path} did not answer")
             raise
         return self._conn
 
@@ -153,16 +159,12 @@ class _WriteTransaction:
             if self._conn.in_transaction:  # nothing of a failed transaction may stay
                 self._conn.execute("ROLLBACK")
         except sqlite3.OperationalError as failed:
-            self._raise_if_unavailable(failed)
+            _raise_if_unavailable(failed, f"the SQLite ledger {self._path} did not answer")
             raise
         if isinstance(error, sqlite3.OperationalError):
-            self._raise_if_unavailable(error)
+            _raise_if_unavailable(error, f"the SQLite ledger {self._path} did not answer")
         if kind is None:  # COMMIT failed, and not because the database is unavailable
             raise error
-
-    def _raise_if_unavailable(self, error: sqlite3.OperationalError) -> None:
-        if error.sqlite_errorname.startswith(_UNAVAILABLE):
-            raise LedgerUnavailable(f"the SQLite ledger {self._path} did not answer: {error}") from error
 
 
 class SQLiteStore:
@@ -211,8 +213,7 @@ class SQLiteStore:
                 conn.close()
                 raise
         except sqlite3.OperationalError as error:
-            if error.sqlite_errorname.startswith(_UNAVAILABLE):
-                raise LedgerUnavailable(f"the SQLite ledger {self.path} could not be opened: {error}") from error
+            _raise_if_unavailable(error, f"the SQLite ledger {self.path} could not be opened")
             raise
         return conn
 
