@@ -354,10 +354,11 @@ def compare(target: StoreTarget, calls: Calls, *, rounds: int, seconds: float, p
         print(f"{'':<9} {label}: {median_ms(samples[label]):.3f} ms")
 
 
-def parser(doc: str, *, calls: int = 150, seconds: float = 40.0) -> argparse.ArgumentParser:
-    """``--calls``, ``--seconds`` and ``--pg``, with the script's docstring as the help text."""
+def parser(doc: str, *, calls: int | None = 150, seconds: float = 40.0) -> argparse.ArgumentParser:
+    """``--calls`` (unless ``calls`` is None), ``--seconds`` and ``--pg``, with the script's docstring as help."""
     result = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    result.add_argument("--calls", type=int, default=calls, help="measured rounds per store (after 10 warm-up)")
+    if calls is not None:
+        result.add_argument("--calls", type=int, default=calls, help="measured rounds per store (after 10 warm-up)")
     result.add_argument("--seconds", type=float, default=seconds, help="time bound for all stores together")
     result.add_argument("--pg", default=DEFAULT_PG, help="PostgreSQL URL; '' skips PostgreSQL")
     return result

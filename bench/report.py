@@ -47,9 +47,12 @@ BENCHMARKS = (
         "is left is the executor: validation, request digest, claim (`in_flight` + lease) and confirm, with "
         "their audit rows. It runs with 1 and 8 worker processes on distinct keys, then 8 processes on one "
         "key (one must dispatch, seven wait for it and answer from the ledger: `provider dispatches` must "
-        "be 1). Columns: effects measured, median per-effect latency (raw, design floor, executor), executor "
-        "÷ raw (the target), executor ÷ design floor, and effects per second over the wall-clock span of the "
-        "measured calls (start-up and warm-up excluded).",
+        "be 1). In every slice the workers connect and warm up, meet at a barrier and then call for the "
+        "same window of time, so every measured call ran with all its peers running. Columns: effects "
+        "measured, median per-effect latency (raw, design floor, executor), executor ÷ raw (the target), "
+        "executor ÷ design floor, and effects per second over the wall-clock span of the measured calls "
+        "(start-up and warm-up excluded). The line under each row gives each mode's 99th percentile and "
+        "slowest call: what the medians hide.",
         "The raw minimum any durable claim-then-confirm needs: one INSERT commit plus one UPDATE commit on the "
         "ledger's own `effect_intents` table, same indexes, same durability (SQLite WAL + `synchronous=FULL`; "
         "PostgreSQL autocommit, one statement per commit, like the store), writing by hand what the claim and "
@@ -307,10 +310,21 @@ WHERE_THE_TIME_GOES = """\
 The `cpu_split.py` table above is measured in this run; the rest comes from diagnostic scripts run on this
 machine on 2026-11-29 and is not part of the page's run.
 
-- **One run is one sample.** Runs of `ledger_overhead.py` on 2026-11-29 on this 2-core VM gave executor/raw
-  ratios of 1.26-1.73 (SQLite, 1 worker), 1.53-2.08 (SQLite, 8), 1.36-2.11 (PostgreSQL, 1) and 1.78-2.59
-  (PostgreSQL, 8); provider quotients ranged 1.6-2.9. The raw floor itself varied up to 2.4x between runs
-  (disk flush latency). Compare a change against figures from the same hour, and run twice.
+- **One run is one sample.** Four runs of `ledger_overhead.py` on 2026-11-29 on this 2-core VM, with the
+  workers started together (see below), gave executor/raw ratios of 1.50-1.66 (SQLite, 1 worker), 1.64-1.87
+  (SQLite, 8), 1.17-1.47 (PostgreSQL, 1) and 1.67-1.81 (PostgreSQL, 8); that day's provider quotients
+  ranged 1.6-2.9, and the raw floor varied up to 2.4x between runs (disk flush latency). Compare a change
+  against figures from the same hour, and run twice.
+- **Workers start together, and are measured warm (since 2026-11-29, 23:45 UTC).** Before, each worker of a slice made
+  its 100 calls as soon as it had connected, after 5 warm-up calls. Spawned processes come up one after
+  another, so on SQLite the 8 workers of a raw slice ran mostly one after another (one slice's spans, in ms
+  from its first start: 0-227, 114-166, 171-200, 234-297, 248-278, 301-332, 346-377, 425-461) and measured
+  about one writer at a time; on PostgreSQL all eight overlapped for a third to three quarters of a slice.
+  And a new connection's first hundred commits are slow (SQLite raw pair: a median of 0.5-0.8 ms, then
+  0.35 ms), so those 100 calls measured mostly the slow start. It added about the same time to raw and
+  executor, a larger share of the smaller raw figure: the SQLite one-worker ratio of 1.23 on this page
+  until then came mostly from that, and warm, the same code measures 1.3-1.8. Figures from before this
+  change are not comparable with later ones.
 - **Design or implementation.** The design floor (the raw pair plus the audit row each commit must carry)
   costs 1.02-1.2 x the raw pair: the audit trail is about a tenth of the gap. The rest is this
   implementation's CPU: pydantic records and audit entries, row encoding, the request digest, the transition
@@ -328,9 +342,13 @@ machine on 2026-11-29 and is not part of the page's run.
   else PostgreSQL does. The synchronised 8-worker figures are the steadier measure. By those, meeting the
   target takes cutting the executor's CPU over the design floor (about 330 us per effect at 8 workers) by
   some 40%: its Python and driver work as a whole, since no single cost is that large.
-- **SQLite at 8 workers is not CPU-bound.** Its writers take turns on one write lock. In the run of
-  2026-11-29 19:43 the executor's throughput at 8 workers matched the raw pair's (1553 vs 1501 effects/s)
-  while its median latency ratio was 1.60: read the two columns together.
+- **SQLite at 8 workers is not CPU-bound.** Its writers take turns on one write lock, and a writer that
+  finds it taken sleeps in SQLite's busy handler in growing steps (1, 2, 5, 10 ... 100 ms). The lock mostly
+  goes to a writer that is awake, so the median call waits for no one: the 8-worker medians are the
+  1-worker ones, and so is the throughput (one writer's). A few calls sleep long: at 8 workers the 99th
+  percentile was 2-19 ms for the raw pair but 34-131 ms for the design floor and the executor, whose
+  commits carry audit rows, and the slowest call took 0.4-2 s in every mode. That is SQLite's locking,
+  which longer write transactions make worse, not Python; the core README says when to use PostgreSQL.
 - **Python next to fsync runs slower.** The same executor code costs about 48 us of CPU per effect over the
   design floor on a RAM-backed SQLite file and 100-130 us next to real fsyncs (`cpu_split.py`, `sqlite` vs
   `sqlite-ram`). Pinning the process to one core changes nothing, so it is not a migration between cores;
@@ -372,7 +390,7 @@ def page(runs: list[Run], facts: str, note: str) -> str:
             f"### {b.title}\n\n"
             f"**Measures.** {b.measures}\n\n"
             f"**Baseline.** {b.baseline}\n\n"
-            f"**Alone:** `.venv/bin/python bench/{b.script}` (`--help` for its options: `--calls`, `--pg`, ...); "
+            f"**Alone:** `.venv/bin/python bench/{b.script}` (`--help` for its options, `--pg` among them); "
             f"took {r.seconds:.1f} s here.\n\n"
             f"```text\n{output}\n```\n"
         )
