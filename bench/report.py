@@ -310,11 +310,11 @@ WHERE_THE_TIME_GOES = """\
 The `cpu_split.py` table above is measured in this run; the rest comes from diagnostic scripts run on this
 machine on 2026-11-29 and is not part of the page's run.
 
-- **One run is one sample.** Four runs of `ledger_overhead.py` on 2026-11-29 on this 2-core VM, with the
-  workers started together (see below), gave executor/raw ratios of 1.50-1.66 (SQLite, 1 worker), 1.64-1.87
-  (SQLite, 8), 1.17-1.47 (PostgreSQL, 1) and 1.67-1.81 (PostgreSQL, 8); that day's provider quotients
-  ranged 1.6-2.9, and the raw floor varied up to 2.4x between runs (disk flush latency). Compare a change
-  against figures from the same hour, and run twice.
+- **One run is one sample.** Five runs of `ledger_overhead.py` on 2026-11-29 on this 2-core VM, with the
+  workers started together (see below) and the one above among them, gave executor/raw ratios of 1.50-1.66
+  (SQLite, 1 worker), 1.64-1.87 (SQLite, 8), 1.17-1.47 (PostgreSQL, 1) and 1.52-1.81 (PostgreSQL, 8); that
+  day's provider quotients ranged 1.46-2.9, and the raw floor varied up to 2.4x between runs (disk flush
+  latency). Compare a change against figures from the same hour, and run twice.
 - **Workers start together, and are measured warm (since 2026-11-29, 23:45 UTC).** Before, each worker of a slice made
   its 100 calls as soon as it had connected, after 5 warm-up calls. Spawned processes come up one after
   another, so on SQLite the 8 workers of a raw slice ran mostly one after another (one slice's spans, in ms
