@@ -14,16 +14,7 @@ from functools import lru_cache
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
-from tenacity import (
-    RetryCallState,
-    Retrying,
-    retry_if_exception_type,
-    stop_after_attempt,
-    stop_after_delay,
-    stop_before_delay,
-    wait_exponential,
-)
-from tenacity.stop import stop_base
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
 
 from ._adapter import (
     EffectRequest,
@@ -57,6 +48,7 @@ from ._keys import IntentKey
 from ._observer import NullObserver, Observer
 from ._policies import DEFAULT_LEASE, DEFAULT_RETRY, LeasePolicy, RetryPolicy
 from ._records import EffectRecord, Evidence, EvidenceVerdict, Receipt, Resolution
+from ._sending import Retryable, Settled, send_with_retries
 from ._states import EffectStatus
 from ._store import Store
 from ._tenants import DEFAULT_TENANT, check_tenant
@@ -85,40 +77,6 @@ def _not_this_compensation(record: EffectRecord, original_key: IntentKey) -> Ill
         original_key,
         why=f"{record.intent_key!r} is already recorded {linked}; a compensation needs a key of its own",
     )
-
-
-class _Retryable(Exception):
-    def __init__(self, verdict: Verdict, error: Exception) -> None:
-        self.verdict = verdict
-        self.error = error
-
-
-class _Settled(Exception):
-    """Dispatch ended without a response: carries the verdict and the provider's exception."""
-
-    def __init__(self, verdict: Verdict, error: Exception) -> None:
-        self.verdict = verdict
-        self.error = error
-
-
-def _retry_after(failure: BaseException | None) -> float | None:
-    """The provider's Retry-After, in seconds, when a retryable refusal carried one."""
-    return failure.verdict.retry_after if isinstance(failure, _Retryable) else None
-
-
-class _RetryAfterTooLong(stop_base):
-    """Stop retrying inside the call when the provider asks to wait longer than one call may: defer instead."""
-
-    def __init__(self, max_wait: float) -> None:
-        self.max_wait = max_wait
-
-    def exceeded_by(self, failure: BaseException | None) -> bool:
-        hint = _retry_after(failure)
-        return hint is not None and hint > self.max_wait
-
-    def __call__(self, retry_state: RetryCallState) -> bool:
-        outcome = retry_state.outcome
-        return self.exceeded_by(outcome.exception() if outcome is not None else None)
 
 
 @lru_cache(maxsize=32)
@@ -624,8 +582,10 @@ class Ledger:
         try:
             # an adapter's own refusal proves nothing was sent only if nothing of this intent was sent before
             first = method == "provider_response" and record.attempt_count == 1
-            response = self._send_with_retries(adapter, request, record.provider_key, first=first)
-        except _Retryable as exhausted:
+            response = send_with_retries(
+                adapter, request, record.provider_key, first=first, policy=self.retry, sleep=self._sleep
+            )
+        except Retryable as exhausted:
             # a deferred replay goes back to unknown: an earlier attempt may have acted
             back_to = S.UNKNOWN if method == "key_replay" else S.PREPARED
             self._finish(record, back_to, exhausted.verdict, released=True)
@@ -639,7 +599,7 @@ class Ledger:
                 retry_after=exhausted.verdict.retry_after,
                 provider_error=exhausted.error,
             ) from exhausted.error
-        except _Settled as settled:
+        except Settled as settled:
             verdict = settled.verdict
             if verdict.outcome is Outcome.FINAL:
                 rejected = self._finish(record, S.REJECTED, verdict, method=method)
@@ -677,72 +637,6 @@ class Ledger:
         if CrashPoint.DURING_RECEIPT_PERSIST not in self.crash_plan.at:
             return None
         return lambda: self.crash_plan.hit(CrashPoint.DURING_RECEIPT_PERSIST)
-
-    def _send_with_retries(
-        self, adapter: ProviderAdapter[R], request: EffectRequest, provider_key: str, *, first: bool
-    ) -> R:
-        def attempt() -> R:
-            try:
-                return adapter.dispatch(request, provider_key)
-            except Exception as error:
-                verdict = self._classify(adapter, error, first=first)
-                if verdict.outcome is Outcome.RETRYABLE:
-                    raise _Retryable(verdict, error) from error
-                raise _Settled(verdict, error) from error
-
-        started = time.monotonic()
-        try:
-            return attempt()  # almost every call ends here: retry machinery is only built after a refusal
-        except _Retryable as refused:
-            return self._retry(attempt, refused, started)
-
-    def _retry(self, attempt: Callable[[], R], refused: _Retryable, started: float) -> R:
-        """Attempts 2..max_attempts through tenacity, all of them within max_total_seconds of the first.
-
-        A Retry-After hint longer than ``max_wait`` ends the retries: the caller gets ``EffectDeferred``
-        carrying the hint rather than a call that stalls, or an attempt sooner than the provider asked.
-        """
-        policy = self.retry
-        too_long = _RetryAfterTooLong(policy.max_wait)
-        first_wait = self._retry_wait(refused, 1)
-        if (
-            policy.max_attempts <= 1
-            or time.monotonic() - started + first_wait > policy.max_total_seconds
-            or too_long.exceeded_by(refused)
-        ):
-            raise refused
-        self._sleep(first_wait)
-        remaining = max(0.0, policy.max_total_seconds - (time.monotonic() - started))
-        retrying = Retrying(
-            # stop_before_delay counts the coming wait: no attempt starts past max_total_seconds
-            stop=stop_after_attempt(policy.max_attempts - 1) | stop_before_delay(remaining) | too_long,
-            wait=lambda state: self._retry_wait(
-                state.outcome.exception() if state.outcome is not None else None, state.attempt_number + 1
-            ),
-            retry=retry_if_exception_type(_Retryable),
-            sleep=self._sleep,
-            reraise=True,
-        )
-        return retrying(attempt)
-
-    def _retry_wait(self, failure: BaseException | None, failed_attempts: int) -> float:
-        """The provider's Retry-After hint as given, else exponential back-off capped at ``max_wait``."""
-        hint = _retry_after(failure)
-        if hint is not None:
-            return hint  # never sooner than asked; a longer hint than max_wait stopped the retries already
-        backoff: float = self.retry.initial_wait * 2.0 ** (failed_attempts - 1)
-        return min(self.retry.max_wait, backoff)
-
-    @staticmethod
-    def _classify(adapter: ProviderAdapter[Any], error: Exception, *, first: bool) -> Verdict:
-        """The adapter's verdict; an adapter's own refusal (``InvalidInput``, raised before any I/O) is final on
-        an intent's first send. On a replay or a resend it says nothing about what an earlier attempt did."""
-        if isinstance(error, InvalidInput):
-            return Verdict.of(error, Outcome.FINAL if first else Outcome.UNKNOWN, error.code)
-        try:
-            return adapter.classify(error)
-        except Exception as broken:  # a classifier bug must never turn into a silent success or a resend
-            return Verdict.of(error, Outcome.UNKNOWN, f"classify_failed:{type(broken).__name__}")
 
     def _finish(
         self,
