@@ -123,6 +123,8 @@ def test_the_workers_of_a_ledger_slice_measure_at_the_same_time(tmp_path: Path) 
         patch.syspath_prepend(str(BENCH))  # the spawned workers inherit it and import the script by name
         harness = importlib.import_module("_harness")
         ledger_overhead = importlib.import_module("ledger_overhead")
+        for module in (harness, ledger_overhead):  # imported by plain name: gone again with bench/ from the path
+            patch.setitem(sys.modules, module.__name__, module)
         url = f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
         harness.migrate(url)
         with ledger_overhead.workers_pool(3) as workers:
