@@ -87,12 +87,14 @@ def test_sqlite_v2_ledger_upgrades_keeping_its_audit_trail(tmp_path: Path) -> No
         # an intent's ids carry on after its migrated ones; a new intent starts its own sequence
         moved = store.get("default", "invoice:inv_2:collect:v1")
         assert moved is not None
-        store.transition(moved, S.UNKNOWN, now=T0, actor="new-release")
-        store.insert_if_absent(record("invoice:inv_new:collect:v1"), actor="new-release")
+        assert (moved.updated_by, moved.lease_token) == (None, None)  # v4's columns: unknown for older writes
+        assert store.transition(moved, S.UNKNOWN, now=T0, actor="new-release").updated_by == "new-release"
+        new, _ = store.insert_if_absent(record("invoice:inv_new:collect:v1"))
+        store.transition(new, S.UNKNOWN, now=T0, actor="new-release")
         last_old_id = max(i for key, i, _ in before if key == "invoice:inv_2:collect:v1")
         assert set(audit_ids(path)) - set(before) == {
             ("invoice:inv_2:collect:v1", last_old_id + 1, 3),
-            ("invoice:inv_new:collect:v1", 1, 1),
+            ("invoice:inv_new:collect:v1", 1, 2),  # its creation has no row: its first audited change is id 1
         }
         assert [e.to_status for e in store.audit_trail("default", "invoice:inv_2:collect:v1")] == [
             S.PREPARED,
@@ -124,8 +126,10 @@ def raw_audit_statement(store: Store, statement: str, request: pytest.FixtureReq
 def test_the_audit_trail_refuses_updates_and_deletes(
     store: Store, statement: str, request: pytest.FixtureRequest
 ) -> None:
-    written, _ = store.insert_if_absent(record("invoice:inv_1:collect:v1"), actor="worker")
+    written, _ = store.insert_if_absent(record("invoice:inv_1:collect:v1"))
+    store.transition(written, S.UNKNOWN, now=T0, actor="worker")
     trail = store.audit_trail("default", written.intent_key)
+    assert len(trail) == 1
     with pytest.raises(Exception, match="append-only"):
         raw_audit_statement(store, statement, request)
     assert store.audit_trail("default", written.intent_key) == trail
@@ -167,7 +171,8 @@ def test_postgres_v2_ledger_upgrades_to_one_audit_key(pg_url: str) -> None:
                     "SELECT indexdef FROM pg_indexes WHERE schemaname = %s AND tablename = 'effect_audit'", (schema,)
                 ).fetchall()
                 assert [row[0].split(" USING ")[1] for row in indexes] == ["btree (tenant_id, intent_key, id)"]
-                store.insert_if_absent(record("invoice:inv_1:collect:v1"), actor="new-release")
+                written, _ = store.insert_if_absent(record("invoice:inv_1:collect:v1"))
+                store.transition(written, S.IN_FLIGHT, now=T0, actor="new-release")
                 assert len(store.audit_trail("default", "invoice:inv_1:collect:v1")) == 3
             finally:
                 store.close()

@@ -89,7 +89,7 @@ def insert_worker(queue: Any, barrier: Any, url: str, owner: str) -> None:
     store = open_store(url)
 
     def job() -> tuple[bool, str]:
-        record, created = store.insert_if_absent(make(lease_owner=owner), actor=owner)
+        record, created = store.insert_if_absent(make(lease_owner=owner))
         return created, record.model_dump_json()
 
     _child(queue, barrier, job)
@@ -162,6 +162,8 @@ def test_insert_get_roundtrip_keeps_every_field(store: Store) -> None:
         attempt_count=3,
         lease_owner="worker-1",
         lease_expires_at=datetime(2024, 5, 1, 14, 0, 30, 5, tzinfo=plus_two),
+        lease_token="3f2a9c1e.7",
+        updated_by="worker-1",
         provider_result_id="pi_123",
         response_digest="sha256:" + "1" * 64,
         last_error_class="Timeout",
@@ -174,7 +176,7 @@ def test_insert_get_roundtrip_keeps_every_field(store: Store) -> None:
         compensates="invoice:inv_0:collect:v1",
         compensated_by="invoice:inv_1:refund:v1",
     )
-    stored, created = store.insert_if_absent(record, actor="test", reason="seed")
+    stored, created = store.insert_if_absent(record)
     assert created
     got = store.get("default", KEY)
     assert got == stored == record
@@ -183,29 +185,22 @@ def test_insert_get_roundtrip_keeps_every_field(store: Store) -> None:
         assert value.tzinfo is not None
         assert value.utcoffset() == timedelta(0)
     assert got.lease_expires_at == datetime(2024, 5, 1, 12, 0, 30, 5, tzinfo=UTC)
-    [audit] = store.audit_trail("default", KEY)
-    assert (audit.from_status, audit.to_status, audit.version, audit.actor, audit.reason) == (
-        None,
-        S.CONFIRMED,
-        4,
-        "test",
-        "seed",
-    )
+    assert store.audit_trail("default", KEY) == []  # a creation is told by the record alone
     assert store.get("default", "invoice:inv_2:collect:v1") is None
     assert store.get("other", KEY) is None
 
 
 def test_insert_if_absent_twice_returns_the_existing_row_unchanged(store: Store) -> None:
-    first, created = store.insert_if_absent(make(), actor="a")
-    again, created_again = store.insert_if_absent(make(request_digest="sha256:" + "f" * 64, lease_owner="b"), actor="b")
+    first, created = store.insert_if_absent(make())
+    again, created_again = store.insert_if_absent(make(request_digest="sha256:" + "f" * 64, lease_owner="b"))
     assert (created, created_again) == (True, False)
     assert again == first == store.get("default", KEY)
-    assert len(store.audit_trail("default", KEY)) == 1
+    assert store.audit_trail("default", KEY) == []
 
 
 def test_naive_datetimes_are_refused(store: Store) -> None:
     with pytest.raises(InvalidInput, match="timezone-aware"):
-        store.insert_if_absent(make(at=datetime(2024, 1, 1)), actor="t")
+        store.insert_if_absent(make(at=datetime(2024, 1, 1)))
     assert store.status_counts(list(S)) == []
 
 
@@ -213,7 +208,7 @@ def test_naive_datetimes_are_refused(store: Store) -> None:
 
 
 def test_transition_bumps_version_and_appends_one_audit_row(store: Store) -> None:
-    record, _ = store.insert_if_absent(make(), actor="t")
+    record, _ = store.insert_if_absent(make())
     later = T0 + timedelta(minutes=1)
     moved = store.transition(
         record,
@@ -225,11 +220,10 @@ def test_transition_bumps_version_and_appends_one_audit_row(store: Store) -> Non
         detail={"attempt": 1},
     )
     assert (moved.status, moved.version, moved.updated_at, moved.lease_owner) == (S.IN_FLIGHT, 2, later, "worker-1")
-    assert moved.created_at == T0
+    assert (moved.created_at, moved.updated_by) == (T0, "worker-1")
     assert store.get("default", KEY) == moved
-    trail = store.audit_trail("default", KEY)
-    assert len(trail) == 2
-    assert trail[1].model_dump() == {
+    [audit] = store.audit_trail("default", KEY)
+    assert audit.model_dump() == {
         "tenant": "default",
         "intent_key": KEY,
         "at": later,
@@ -242,8 +236,31 @@ def test_transition_bumps_version_and_appends_one_audit_row(store: Store) -> Non
     }
 
 
+def test_an_unaudited_transition_is_told_by_the_record_alone(store: Store) -> None:
+    claimed = store.transition(store.insert_if_absent(make())[0], S.IN_FLIGHT, now=T0, actor="worker-1")
+    later = T0 + timedelta(seconds=2)
+    answered = store.transition(
+        claimed, S.CONFIRMED, now=later, actor="worker-2", reason="provider_response", audited=False
+    )
+    assert store.get("default", KEY) == answered
+    assert (answered.status, answered.version, answered.updated_at, answered.updated_by) == (
+        S.CONFIRMED,
+        3,
+        later,
+        "worker-2",
+    )
+    assert [(a.to_status, a.version) for a in store.audit_trail("default", KEY)] == [(S.IN_FLIGHT, 2)]
+    with pytest.raises(StaleRecord):  # still conditional on the version it read
+        store.transition(claimed, S.CONFIRMED, now=later, actor="worker-3", audited=False)
+    store.transition(answered, S.COMPENSATED, now=later, actor="operator")  # the next audited change appends
+    assert [(a.to_status, a.version) for a in store.audit_trail("default", KEY)] == [
+        (S.IN_FLIGHT, 2),
+        (S.COMPENSATED, 4),
+    ]
+
+
 def test_stale_version_raises_and_changes_nothing(store: Store) -> None:
-    record, _ = store.insert_if_absent(make(), actor="t")
+    record, _ = store.insert_if_absent(make())
     moved = store.transition(record, S.IN_FLIGHT, now=T0, actor="w1")
     before = snapshot(store, record)
     with pytest.raises(StaleRecord) as caught:
@@ -264,7 +281,7 @@ def test_transition_of_a_missing_record_is_stale(store: Store) -> None:
 
 
 def test_illegal_transition_raises_before_any_write(store: Store) -> None:
-    record, _ = store.insert_if_absent(make(), actor="t")
+    record, _ = store.insert_if_absent(make())
     before = snapshot(store, record)
     with pytest.raises(IllegalTransition):
         store.transition(record, S.CONFIRMED, now=T0, actor="w")
@@ -284,7 +301,7 @@ def test_illegal_transition_raises_before_any_write(store: Store) -> None:
     ids=["injection", "unknown", "version", "tenant", "intent_key", "bad-value"],
 )
 def test_invalid_changes_are_refused(store: Store, changes: dict[str, Any]) -> None:
-    record, _ = store.insert_if_absent(make(), actor="t")
+    record, _ = store.insert_if_absent(make())
     before = snapshot(store, record)
     with pytest.raises(InvalidInput):
         store.transition(record, S.IN_FLIGHT, now=T0, actor="w", changes=changes)
@@ -292,7 +309,7 @@ def test_invalid_changes_are_refused(store: Store, changes: dict[str, Any]) -> N
 
 
 def test_before_commit_failure_rolls_back(store: Store) -> None:
-    record, _ = store.insert_if_absent(make(), actor="t")
+    record, _ = store.insert_if_absent(make())
     before = snapshot(store, record)
     seen: list[EffectRecord | None] = []
 
@@ -325,7 +342,7 @@ def seed_listing(store: Store) -> None:
         make("a:5:x:v1", status=S.CONFIRMED, at=T0),
     ]
     for row in rows:
-        store.insert_if_absent(row, actor="seed")
+        store.insert_if_absent(row)
 
 
 def keys(records: list[EffectRecord]) -> list[str]:
@@ -362,7 +379,7 @@ def test_listing_several_statuses_pages_through_each_record_once_in_order(store:
         )
     ]
     for row in rows:
-        store.insert_if_absent(row, actor="seed")
+        store.insert_if_absent(row)
     statuses = [S.CONFIRMED, S.UNKNOWN, S.IN_FLIGHT]
     ordered = sorted(rows, key=lambda r: (r.updated_at, r.tenant, r.intent_key))
     seen: list[EffectRecord] = []
@@ -377,9 +394,9 @@ def test_listing_several_statuses_pages_through_each_record_once_in_order(store:
 
 
 def test_find_by_provider_key(store: Store) -> None:
-    store.insert_if_absent(make(provider_key="pk_1"), actor="t")
-    store.insert_if_absent(make("a:2:x:v1", provider_key="pk_2", provider="other"), actor="t")
-    store.insert_if_absent(make(tenant="acme", provider_key="pk_1", at=T0 + timedelta(minutes=1)), actor="t")
+    store.insert_if_absent(make(provider_key="pk_1"))
+    store.insert_if_absent(make("a:2:x:v1", provider_key="pk_2", provider="other"))
+    store.insert_if_absent(make(tenant="acme", provider_key="pk_1", at=T0 + timedelta(minutes=1)))
     assert [(r.tenant, r.intent_key) for r in store.find_by_provider_key("fake", "pk_1")] == [
         ("default", KEY),
         ("acme", KEY),
@@ -454,8 +471,11 @@ def test_counting_unsettled_statuses_does_not_read_the_history(store: Store) -> 
 
 
 def test_purge_deletes_only_given_statuses_older_than_the_cutoff(store: Store) -> None:
-    for i, status in enumerate([S.CONFIRMED, S.CONFIRMED, S.REJECTED, S.UNKNOWN, S.CONFIRMED]):
-        store.insert_if_absent(make(f"p:{i}:x:v1", status=status, at=T0 + timedelta(days=i)), actor="t")
+    for i, status in enumerate([S.UNKNOWN, S.CONFIRMED, S.REJECTED, S.UNKNOWN, S.CONFIRMED]):
+        store.insert_if_absent(make(f"p:{i}:x:v1", status=status, at=T0 + timedelta(days=i)))
+    first = store.get("default", "p:0:x:v1")
+    assert first is not None
+    store.transition(first, S.CONFIRMED, now=T0, actor="operator")  # an audited change, kept past the purge
     cutoff = T0 + timedelta(days=3, hours=12)
     assert store.purge(statuses=[S.CONFIRMED, S.REJECTED], updated_before=cutoff, limit=1) == 1
     assert store.get("default", "p:0:x:v1") is None
@@ -470,7 +490,7 @@ def test_purge_deletes_only_given_statuses_older_than_the_cutoff(store: Store) -
 
 
 def test_migrate_twice_is_a_no_op(store: Store) -> None:
-    store.insert_if_absent(make(), actor="t")
+    store.insert_if_absent(make())
     store.migrate()
     store.migrate()
     assert store.get("default", KEY) == make()
@@ -481,7 +501,7 @@ def test_migrate_from_two_processes_at_once(fresh_store_url: Callable[[], str], 
     assert run_together(migrate_worker, (url,), (url,)) == [("ok", None), ("ok", None)]
     store = open_store(url)
     try:
-        store.insert_if_absent(make(), actor="t")
+        store.insert_if_absent(make())
         assert store.get("default", KEY) == make()
     finally:
         store.close()
@@ -502,13 +522,13 @@ def test_two_processes_inserting_the_same_key(store_url: str, run_together: Runn
 def test_two_processes_racing_the_same_transition(store_url: str, run_together: Runner) -> None:
     store = open_store(store_url)
     try:
-        store.insert_if_absent(make(), actor="t")
+        store.insert_if_absent(make())
         results = run_together(transition_worker, (store_url, "w1"), (store_url, "w2"))
         assert sorted(kind for kind, _ in results) == ["ok", "stale"]
         [winner] = [value for kind, value in results if kind == "ok"]
         record = store.get("default", KEY)
         assert (record.status, record.version, record.lease_owner) == (S.IN_FLIGHT, 2, winner)
-        assert len(store.audit_trail("default", KEY)) == 2
+        assert [a.actor for a in store.audit_trail("default", KEY)] == [winner]
     finally:
         store.close()
 
@@ -530,17 +550,16 @@ def test_prepared_in_a_rolled_back_caller_transaction_leaves_nothing(
 ) -> None:
     conn = callers_connection(store, backend, request)
     try:
-        record, created = store.insert_if_absent(make(), actor="t", connection=conn)
+        record, created = store.insert_if_absent(make(), connection=conn)
         assert created
         assert record == make()
         assert store.get("default", KEY) is None  # not committed: invisible to the store's own connections
         conn.rollback()
         assert store.get("default", KEY) is None
         assert store.audit_trail("default", KEY) == []
-        store.insert_if_absent(make(), actor="t", connection=conn)
+        store.insert_if_absent(make(), connection=conn)
         conn.commit()
         assert store.get("default", KEY) == make()
-        assert len(store.audit_trail("default", KEY)) == 1
     finally:
         conn.close()
 
@@ -556,7 +575,7 @@ def test_postgres_keeps_no_hold_on_a_callers_connection(pg_url: str) -> None:
     try:
         store.migrate()
         conn = psycopg.connect(pg_url)
-        store.insert_if_absent(make(), actor="t", connection=conn)
+        store.insert_if_absent(make(), connection=conn)
         conn.commit()
         conn.close()
         dropped = weakref.ref(conn)
@@ -576,7 +595,7 @@ def test_sqlite_closes_the_connections_of_threads_that_ended(tmp_path: Path) -> 
     pile up until the process has no file descriptor left (it failed with a raw sqlite3 error)."""
     store = SQLiteStore(tmp_path / "ledger.db")
     store.migrate()
-    store.insert_if_absent(make(), actor="t")
+    store.insert_if_absent(make())
     open_files = len(os.listdir("/proc/self/fd"))
     try:
         for _ in range(200):
@@ -592,7 +611,7 @@ def test_sqlite_closes_the_connections_of_threads_that_ended(tmp_path: Path) -> 
 def test_a_sqlite_file_that_cannot_be_opened_is_ledger_unavailable(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "no-such-directory" / "ledger.db")
     with pytest.raises(LedgerUnavailable, match="could not be opened"):
-        store.insert_if_absent(make(), actor="t")
+        store.insert_if_absent(make())
     with pytest.raises(LedgerUnavailable, match="could not be opened"):
         store.get("default", KEY)
     store.close()
@@ -607,12 +626,19 @@ def test_a_full_sqlite_file_is_ledger_unavailable_and_keeps_nothing_of_the_write
         conn.execute(f"PRAGMA max_page_count = {pages}")
         big = make(summary={f"k{i}": "x" * 200 for i in range(200)})  # needs new pages
         with pytest.raises(LedgerUnavailable, match="did not answer: database or disk is full"):
-            store.insert_if_absent(big, actor="t")
+            store.insert_if_absent(big)
         assert not conn.in_transaction  # rolled back, not left holding the write lock
         conn.execute(f"PRAGMA max_page_count = {pages * 100}")
         assert store.get("default", KEY) is None  # nothing of the failed write stayed
-        assert store.insert_if_absent(big, actor="t")[1]
-        assert len(store.audit_trail("default", KEY)) == 1
+        written, created = store.insert_if_absent(make())
+        assert created
+        # an audited change is two statements: the update fits, its large audit row does not
+        conn.execute(f"PRAGMA max_page_count = {conn.execute('PRAGMA page_count').fetchone()[0]}")
+        with pytest.raises(LedgerUnavailable, match="database or disk is full"):
+            store.transition(written, S.UNKNOWN, now=T0, actor="w", detail={f"k{i}": "x" * 200 for i in range(200)})
+        assert not conn.in_transaction
+        assert store.get("default", KEY) == written  # the update went back with the audit row
+        assert store.audit_trail("default", KEY) == []
     finally:
         store.close()
 
@@ -624,11 +650,11 @@ def test_sqlite_caller_connections(tmp_path: Path) -> None:
     autocommit = sqlite3.connect(tmp_path / "ledger.db", isolation_level=None)
     try:
         with pytest.raises(InvalidInput, match="elsewhere"):
-            store.insert_if_absent(make(), actor="t", connection=elsewhere)
+            store.insert_if_absent(make(), connection=elsewhere)
         with pytest.raises(InvalidInput, match=r"sqlite3\.Connection"):
-            store.insert_if_absent(make(), actor="t", connection=object())
+            store.insert_if_absent(make(), connection=object())
         # without a transaction of its own, the caller gets one opened for it, still theirs to end
-        store.insert_if_absent(make(), actor="t", connection=autocommit)
+        store.insert_if_absent(make(), connection=autocommit)
         assert autocommit.in_transaction
         autocommit.rollback()
         assert store.get("default", KEY) is None
@@ -646,11 +672,11 @@ def test_sqlite_caller_connections(tmp_path: Path) -> None:
     ["x'; DROP TABLE effect_intents; --", 'x"); DELETE FROM effect_audit; --', "", "a" * 65, "t\x00", "t t", "ténant"],
 )
 def test_malicious_tenants_are_refused_before_any_sql(store: Store, tenant: str) -> None:
-    store.insert_if_absent(make(), actor="t")
+    store.insert_if_absent(make())
     before = snapshot(store, make())
     bad = make(tenant=tenant)
     calls: list[Callable[[], object]] = [
-        lambda: store.insert_if_absent(bad, actor="t"),
+        lambda: store.insert_if_absent(bad),
         lambda: store.get(tenant, KEY),
         lambda: store.transition(bad, S.IN_FLIGHT, now=T0, actor="t"),
         lambda: store.audit_trail(tenant, KEY),

@@ -76,11 +76,16 @@ def test_purge_below_the_floor_is_refused(aged: Ops) -> None:
 
 
 def test_purge_keeps_unsettled_and_recent_records(aged: Ops) -> None:
+    confirmed = aged.ledger.get("old:confirmed:x:v1")
+    # an audited change at the same old time (a confirmed record naming itself: the shape a compensation uses)
+    aged.ledger.store.transition(confirmed, S.CONFIRMED, now=confirmed.updated_at, actor="operator", reason="noted")
+    trail = aged.ledger.store.audit_trail("default", "old:confirmed:x:v1")
+    assert [a.reason for a in trail] == ["noted"]
     report = aged.cli_json("purge", "--older-than", "150")
     assert report["deleted"] == 2
     assert report["minimum_days"] == 120
     assert keys(aged) == ALL - {"old:confirmed:x:v1", "old:rejected:x:v1"}
-    assert aged.ledger.store.audit_trail("default", "old:confirmed:x:v1")  # the audit trail outlives the record
+    assert aged.ledger.store.audit_trail("default", "old:confirmed:x:v1") == trail  # it outlives the record
 
 
 def test_forced_minimum_still_never_deletes_unsettled(aged: Ops) -> None:

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from functools import lru_cache
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
@@ -61,6 +62,8 @@ S = EffectStatus
 
 _log = logging.getLogger("safe_effects")
 
+# what every write that ends a lease sets: no owner, no expiry, no claim token
+_NO_LEASE: Mapping[str, None] = MappingProxyType({"lease_owner": None, "lease_expires_at": None, "lease_token": None})
 LATE_RESPONSE = "late_response"  # the evidence source of an answer that came after its worker's lease
 
 
@@ -158,6 +161,7 @@ class Ledger:
         compensates: IntentKey | None = None,
     ) -> Receipt:
         """Perform ``request`` once for ``intent_key``: a receipt, or a typed outcome error, never a guess."""
+        tag = self._unsent.tag()
         fresh = self._new_record(
             adapter,
             request,
@@ -167,14 +171,14 @@ class Ledger:
             workflow_id=workflow_id,
             step_id=step_id,
             compensates=compensates,
+            lease_token=tag,
         )
         contract = adapter.contract_for(request.operation)
         self._refuse_unsendable(adapter, request, fresh)
         if fresh.compensates is not None:
             self._claim_compensation(fresh)  # refused here: nothing written, nothing sent
-        tag = self._unsent.tag()
         try:
-            record, created = self.store.insert_if_absent(fresh, actor=self.worker_id, reason=f"claim #{tag}")
+            record, created = self.store.insert_if_absent(fresh)
         except LedgerUnavailable:
             self._unsent.failed(fresh, tag, fresh.created_at)
             raise
@@ -211,9 +215,7 @@ class Ledger:
             step_id=step_id,
         )
         self._refuse_unsendable(adapter, request, fresh)
-        record, created = self.store.insert_if_absent(
-            fresh, actor=self.worker_id, reason="prepare", connection=connection
-        )
+        record, created = self.store.insert_if_absent(fresh, connection=connection)
         if not created:
             self._check_digest(record, fresh.request_digest)
         return record
@@ -285,12 +287,7 @@ class Ledger:
         if provider_result_id is not None:
             check_storable(provider_result_id, "provider_result_id")
         now = self.clock()
-        changes: dict[str, Any] = {
-            "resolved_at": now,
-            "resolution": resolution,
-            "lease_owner": None,
-            "lease_expires_at": None,
-        }
+        changes: dict[str, Any] = {"resolved_at": now, "resolution": resolution, **_NO_LEASE}
         if provider_result_id is not None:
             changes["provider_result_id"] = provider_result_id
         if response_digest is not None:
@@ -338,6 +335,7 @@ class Ledger:
         workflow_id: str | None,
         step_id: str | None,
         compensates: IntentKey | str | None = None,
+        lease_token: str | None = None,
     ) -> EffectRecord:
         """Validate everything about the call before the store is touched."""
         tenant = self._tenant(tenant)
@@ -371,9 +369,11 @@ class Ledger:
                 attempt_count=1 if claimed else 0,
                 lease_owner=self.worker_id if claimed else None,
                 lease_expires_at=now + self.lease.duration if claimed else None,
+                lease_token=lease_token if claimed else None,
                 summary=dict(request.summary),
                 created_at=now,
                 updated_at=now,
+                updated_by=self.worker_id,
                 first_dispatched_at=now if claimed else None,
                 dispatched_at=now if claimed else None,
                 compensates=compensates,
@@ -401,7 +401,6 @@ class Ledger:
         """Answer a call whose intent is already recorded, without ever dispatching twice."""
         self._check_digest(record, digest)
         self._unsent.prune(record, self.worker_id)
-        tenant, key = record.tenant, record.intent_key
         deadline = time.monotonic() + self.lease.wait_for_other.total_seconds()
         contended = False  # observed once per call
         waited_for_holder = False  # a live worker held the intent while this call waited
@@ -420,7 +419,7 @@ class Ledger:
                     return self._dispatch(adapter, request, self._claim(record), contract)
                 if record.status is S.UNKNOWN:
                     return self._reconcile_for_caller(adapter, request, record, contract)
-                if self._unsent.takes(record, self.worker_id, lambda: self.store.audit_trail(tenant, key)):
+                if self._unsent.takes(record, self.worker_id):
                     unsent, record = record, self._unclaim(record, "claim written unacknowledged, never sent")
                     self._unsent.forget(unsent)  # only now: a failed unclaim leaves it for the next call
                     waited_for_holder = False  # nobody held it: this call sends it
@@ -502,6 +501,7 @@ class Ledger:
         changes = {
             "lease_owner": self.worker_id,
             "lease_expires_at": now + self.lease.duration,
+            "lease_token": tag,
             "attempt_count": record.attempt_count + 1,
             "first_dispatched_at": record.first_dispatched_at or now,
             "dispatched_at": now,
@@ -525,7 +525,7 @@ class Ledger:
             "its outcome could not be written: ledger unavailable"
             if abandoned
             else f"lease of {record.lease_owner} expired: worker lost",
-            {"lease_owner": None, "lease_expires_at": None, "last_error_class": "LeaseExpired"},
+            {**_NO_LEASE, "last_error_class": "LeaseExpired"},
         )
         self._abandoned.discard((record.tenant, record.intent_key, record.version))
         return expired
@@ -537,8 +537,7 @@ class Ledger:
             S.PREPARED,
             reason,
             {
-                "lease_owner": None,
-                "lease_expires_at": None,
+                **_NO_LEASE,
                 "attempt_count": record.attempt_count - 1,
                 "first_dispatched_at": None,
                 "dispatched_at": None,
@@ -652,7 +651,7 @@ class Ledger:
     ) -> EffectRecord:
         """Record this worker's outcome; if its lease was taken over, keep the outcome as evidence instead."""
         now = self.clock()
-        changes: dict[str, Any] = {"lease_owner": None, "lease_expires_at": None}
+        changes: dict[str, Any] = dict(_NO_LEASE)
         if verdict is not None:
             changes |= {"last_error_class": verdict.error_class, "last_error_code": verdict.error_code}
             result_id = result_id or verdict.provider_result_id
@@ -663,10 +662,18 @@ class Ledger:
         if to in (S.CONFIRMED, S.REJECTED):
             changes |= {"resolved_at": now, "resolution": _resolution_by(method)}
         reason = "retryable refusals exhausted" if released else method if verdict is None else verdict.error_class
+        # the dispatcher's own final answer is the record's last write: its columns say all an audit row would
+        routine = method == "provider_response" and to in (S.CONFIRMED, S.REJECTED)
         try:
             try:
                 finished = self._write_outcome(
-                    record, to, now=now, reason=reason, changes=changes, before_commit=before_commit
+                    record,
+                    to,
+                    now=now,
+                    reason=reason,
+                    changes=changes,
+                    before_commit=before_commit,
+                    audited=not routine,
                 )
             except StaleRecord as lost:
                 return self._lease_lost(record, to, result_id, lost)
@@ -717,9 +724,7 @@ class Ledger:
         current = self.store.get(record.tenant, record.intent_key)
         if current is None or current.status is not to or current.version != record.version + 1:
             return None
-        trail = self.store.audit_trail(record.tenant, record.intent_key)
-        ours = bool(trail) and trail[-1].version == current.version and trail[-1].actor == self.worker_id
-        return current if ours else None
+        return current if current.updated_by == self.worker_id else None
 
     def _unrecorded(
         self, record: EffectRecord, to: EffectStatus, result_id: str | None, down: Exception

@@ -244,8 +244,24 @@ _V3_POSTGRES = (
     "DROP INDEX {schema}.effect_audit_intent",
 )
 
+# v4: the audit trail keeps what the record alone cannot tell. An intent's creation and its dispatcher's own
+# confirmed or rejected answer are no longer repeated there: the record says who wrote its latest version
+# (``updated_by``) and which claim holds its lease (``lease_token``, the proof UnsentClaims reads, which a
+# claim's audit row carried before). Both are NULL on records last written before v4, whose audit trail
+# names the writer. Adding a nullable column rewrites no rows on either database.
+_V4_SQLITE = (
+    "ALTER TABLE effect_intents ADD COLUMN lease_token TEXT",
+    "ALTER TABLE effect_intents ADD COLUMN updated_by TEXT",
+)
+
+_V4_POSTGRES = (
+    "ALTER TABLE {schema}.effect_intents ADD COLUMN lease_token text",
+    "ALTER TABLE {schema}.effect_intents ADD COLUMN updated_by text",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, _V1_SQLITE, _V1_POSTGRES),
     Migration(2, _V2_SQLITE, _V2_POSTGRES),
     Migration(3, _V3_SQLITE, _V3_POSTGRES),
+    Migration(4, _V4_SQLITE, _V4_POSTGRES),
 )

@@ -5,7 +5,7 @@ The CLI is a thin shell over :class:`Operator`; a scheduler or an admin UI can c
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -15,7 +15,7 @@ from ._approvals import Approval, ApprovalState
 from ._errors import ApprovalError, InvalidInput, StaleRecord
 from ._keys import IntentKey
 from ._ledger import Ledger
-from ._records import EffectRecord, Evidence, EvidenceVerdict, Receipt, Resolution
+from ._records import AuditEntry, EffectRecord, Evidence, EvidenceVerdict, Receipt, Resolution
 from ._states import EffectStatus
 from ._tenants import DEFAULT_TENANT
 from ._text import check_storable
@@ -51,6 +51,17 @@ def _required(value: str | None, what: str) -> str:
 
 def _optional(value: str | None, what: str) -> str | None:
     return None if value is None else check_storable(value, what)
+
+
+def _confirmed_version(trail: Sequence[AuditEntry], record: EffectRecord) -> int | None:
+    """The version at which ``record`` was confirmed, from its trail (rows of this record, not of one of the
+    same key purged before it was made). A confirm by the provider's answer has no row of its own; the first
+    change from confirmed, always audited, was made at the next version."""
+    rows = [a for a in trail if a.at >= record.created_at]
+    settled = [a.version for a in rows if a.to_status is S.CONFIRMED and a.from_status is not S.CONFIRMED]
+    if settled:
+        return settled[-1]
+    return next((a.version - 1 for a in rows if a.from_status is S.CONFIRMED), None)
 
 
 class Operator:
@@ -234,9 +245,8 @@ class Operator:
             return True
         if original.compensated_by != compensating_key or expect_version > original.version:
             return False
-        trail = self.ledger.store.audit_trail(original.tenant, original.intent_key)
-        confirmed_at = [a.version for a in trail if a.to_status is S.CONFIRMED and a.from_status is not S.CONFIRMED]
-        return bool(confirmed_at) and confirmed_at[-1] <= expect_version
+        confirmed_at = _confirmed_version(self.ledger.store.audit_trail(original.tenant, original.intent_key), original)
+        return confirmed_at is not None and confirmed_at <= expect_version
 
     def _current(self, intent_key: IntentKey | str, tenant: str, expect_version: int) -> EffectRecord:
         """The record, if it is still the unknown one at the version the operator looked at."""

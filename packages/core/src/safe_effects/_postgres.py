@@ -26,7 +26,6 @@ from ._rows import (
     RECORD_FIELDS,
     Codec,
     RowEncoder,
-    first_audit,
     from_row,
     json_text,
     list_statement,
@@ -304,18 +303,22 @@ class PostgresStore:
         )
         self._insert = _render(
             sql.SQL(
-                "WITH changed AS (INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (tenant_id, intent_key) DO NOTHING "
-                "RETURNING {}), audited AS ({}) SELECT 1 FROM changed"
-            ).format(intents, cols, sql.SQL(", ").join([sql.SQL("%s")] * len(RECORD_COLUMNS)), returned, audit_insert)
+                "INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (tenant_id, intent_key) DO NOTHING RETURNING 1"
+            ).format(intents, cols, sql.SQL(", ").join([sql.SQL("%s")] * len(RECORD_COLUMNS)))
         )
-        self._updates: dict[tuple[str, ...], tuple[bytes, RowEncoder]] = {}  # filled by _update
-        self._update_head = _render(sql.SQL("WITH changed AS (UPDATE {} SET ").format(intents))
-        self._update_tail = _render(
-            sql.SQL(
-                " WHERE tenant_id = %s AND intent_key = %s AND status = %s AND version = %s "
-                "RETURNING {}), audited AS ({}) SELECT 1 FROM changed"
-            ).format(returned, audit_insert)
-        )
+        self._updates: dict[tuple[tuple[str, ...], bool], tuple[bytes, RowEncoder]] = {}  # filled by _update
+        condition = " WHERE tenant_id = %s AND intent_key = %s AND status = %s AND version = %s "
+        self._update_shapes = {  # audited: (head, tail)
+            True: (
+                _render(sql.SQL("WITH changed AS (UPDATE {} SET ").format(intents)),
+                _render(
+                    sql.SQL(condition + "RETURNING {}), audited AS ({}) SELECT 1 FROM changed").format(
+                        returned, audit_insert
+                    )
+                ),
+            ),
+            False: (_render(sql.SQL("UPDATE {} SET ").format(intents)), _render(sql.SQL(condition + "RETURNING 1"))),
+        }
         self._records_select = _render(select).decode().rstrip()  # list_statement composes per-status reads
         self._by_provider_key = _render(
             select + sql.SQL("WHERE provider = %s AND provider_key = %s ORDER BY created_at")
@@ -394,13 +397,9 @@ class PostgresStore:
     def _checkout(self) -> _Checkout:
         return _Checkout(self._pool, _unavailable())
 
-    def insert_if_absent(
-        self, record: EffectRecord, *, actor: str, reason: str | None = None, connection: Any = None
-    ) -> tuple[EffectRecord, bool]:
-        """Insert ``record`` and its first audit row in one statement unless the key exists; see :class:`Store`."""
-        params = self._record_row.values(record) + self._audit_row.values(
-            first_audit(record, actor=actor, reason=reason)
-        )
+    def insert_if_absent(self, record: EffectRecord, *, connection: Any = None) -> tuple[EffectRecord, bool]:
+        """Insert ``record`` unless the key exists, one statement; see :class:`Store`."""
+        params = self._record_row.values(record)
         if connection is None:
             with self._checkout() as conn:
                 return self._insert_or_get(conn, record, params)
@@ -447,15 +446,17 @@ class PostgresStore:
         changes: Mapping[str, Any] | None = None,
         detail: Mapping[str, Any] | None = None,
         before_commit: Callable[[], None] | None = None,
+        audited: bool = True,
     ) -> EffectRecord:
         """Conditional update on (status, version) plus its audit row, one statement; see :class:`Store`."""
         new, fields, audit = plan_transition(
-            record, to, now=now, actor=actor, reason=reason, changes=changes, detail=detail
+            record, to, now=now, actor=actor, reason=reason, changes=changes, detail=detail, audited=audited
         )
-        query, encoder = self._update(fields)
+        query, encoder = self._update(fields, audited=audit is not None)
         params = encoder.values(new)
         params += (record.tenant, record.intent_key, record.status.value, record.version)
-        params += self._audit_row.values(audit)
+        if audit is not None:
+            params += self._audit_row.values(audit)
         with self._checkout() as conn:
             # alone, the statement commits itself; a crash point needs a transaction to run inside
             atomic = conn.transaction() if before_commit is not None else nullcontext()
@@ -481,11 +482,13 @@ class PostgresStore:
             pooled.writer = conn.cursor()
         return pooled.writer
 
-    def _update(self, fields: tuple[str, ...]) -> tuple[bytes, RowEncoder]:
-        """The conditional UPDATE for one set of changed fields (a handful of shapes), and its encoder."""
-        if (known := self._updates.get(fields)) is None:
-            query = self._update_head + b", ".join([self._assign[f] for f in fields]) + self._update_tail
-            known = self._updates[fields] = (query, row_encoder(EffectRecord, self._codec, fields))
+    def _update(self, fields: tuple[str, ...], *, audited: bool) -> tuple[bytes, RowEncoder]:
+        """The conditional UPDATE for one set of changed fields (a handful of shapes), with or without its
+        audit row, and its encoder."""
+        if (known := self._updates.get((fields, audited))) is None:
+            head, tail = self._update_shapes[audited]
+            query = head + b", ".join([self._assign[f] for f in fields]) + tail
+            known = self._updates[fields, audited] = (query, row_encoder(EffectRecord, self._codec, fields))
         return known
 
     def _list_query(

@@ -162,5 +162,4 @@ class Reconciler:
 
     def _ours(self, record: EffectRecord) -> bool:
         """Did this process write the record's latest state (rather than a concurrent reconciler)?"""
-        trail = self.ledger.store.audit_trail(record.tenant, record.intent_key)
-        return bool(trail) and trail[-1].actor == self.ledger.worker_id and trail[-1].version == record.version
+        return record.updated_by == self.ledger.worker_id

@@ -44,6 +44,7 @@ class EffectRecord(_Frozen):
     attempt_count: int = 0
     lease_owner: str | None = None
     lease_expires_at: datetime | None = None
+    lease_token: str | None = None  # the claim holding the lease: unique to that attempt, see _unsent
     provider_result_id: str | None = None
     response_digest: str | None = None
     last_error_class: str | None = None
@@ -51,6 +52,7 @@ class EffectRecord(_Frozen):
     summary: dict[str, str] = Field(default_factory=dict)
     created_at: datetime
     updated_at: datetime
+    updated_by: str | None = None  # who wrote this version (the audit trail holds only exceptional writes)
     first_dispatched_at: datetime | None = None
     dispatched_at: datetime | None = None
     resolved_at: datetime | None = None

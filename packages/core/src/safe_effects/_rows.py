@@ -42,7 +42,7 @@ TIME_FIELDS = frozenset(
 )
 JSON_FIELDS = frozenset({"summary", "resolution", "detail"})
 # identity and bookkeeping columns only the store itself may set during a transition
-RESERVED_CHANGES = frozenset({"tenant", "intent_key", "status", "version", "created_at", "updated_at"})
+RESERVED_CHANGES = frozenset({"tenant", "intent_key", "status", "version", "created_at", "updated_at", "updated_by"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,8 +244,10 @@ def plan_transition(
     reason: str | None,
     changes: Mapping[str, Any] | None,
     detail: Mapping[str, Any] | None,
-) -> tuple[EffectRecord, tuple[str, ...], AuditEntry]:
-    """Validate a transition before any SQL: the new record, the fields it sets, and its audit entry."""
+    audited: bool = True,
+) -> tuple[EffectRecord, tuple[str, ...], AuditEntry | None]:
+    """Validate a transition before any SQL: the new record, the fields it sets, and its audit entry (None
+    for a write the record alone describes, see :meth:`Store.transition`)."""
     check_transition(record.status, to, record.intent_key)
     check_tenant(record.tenant)
     changes = dict(changes or {})
@@ -258,8 +260,17 @@ def plan_transition(
     now = utc(now, "now")
     try:
         new = EffectRecord.model_validate(
-            {**record.__dict__, **changes, "status": to, "version": record.version + 1, "updated_at": now}
+            {
+                **record.__dict__,
+                **changes,
+                "status": to,
+                "version": record.version + 1,
+                "updated_at": now,
+                "updated_by": actor,
+            }
         )
+        if not audited:
+            return new, ("status", "version", "updated_at", "updated_by", *changes), None
         audit = AuditEntry(
             tenant=record.tenant,
             intent_key=record.intent_key,
@@ -273,21 +284,7 @@ def plan_transition(
         )
     except ValidationError as error:
         raise InvalidInput(f"transition of {record.intent_key!r}: {error}") from error
-    return new, ("status", "version", "updated_at", *changes), audit
-
-
-def first_audit(record: EffectRecord, *, actor: str, reason: str | None) -> AuditEntry:
-    """The audit entry that records an intent's creation."""
-    return AuditEntry(
-        tenant=record.tenant,
-        intent_key=record.intent_key,
-        at=record.created_at,
-        from_status=None,
-        to_status=record.status,
-        version=record.version,
-        actor=actor,
-        reason=reason,
-    )
+    return new, ("status", "version", "updated_at", "updated_by", *changes), audit
 
 
 def stale(record: EffectRecord, found: EffectRecord | None) -> StaleRecord:

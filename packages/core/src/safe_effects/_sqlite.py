@@ -22,7 +22,6 @@ from ._rows import (
     RECORD_COLUMNS,
     Codec,
     RowEncoder,
-    first_audit,
     from_row,
     json_text,
     list_statement,
@@ -264,19 +263,16 @@ class SQLiteStore:
             conn.close()
         self._local = threading.local()
 
-    def insert_if_absent(
-        self, record: EffectRecord, *, actor: str, reason: str | None = None, connection: Any = None
-    ) -> tuple[EffectRecord, bool]:
-        """Insert ``record`` and its first audit row unless the key exists; see :class:`Store`."""
+    def insert_if_absent(self, record: EffectRecord, *, connection: Any = None) -> tuple[EffectRecord, bool]:
+        """Insert ``record`` unless the key exists; see :class:`Store`."""
         row = _RECORD_ROW.values(record)
-        audit = _audit_values(first_audit(record, actor=actor, reason=reason))
         if connection is None:
             with self._write() as conn:
-                return self._insert(conn, record, row, audit)
+                return self._insert(conn, record, row)
         conn = self._callers(connection)
         if not conn.in_transaction:
             conn.execute("BEGIN IMMEDIATE")
-        return self._insert(conn, record, row, audit)
+        return self._insert(conn, record, row)
 
     def _callers(self, connection: Any) -> sqlite3.Connection:
         """Check a caller's connection is sqlite3 on this very file, else the prepared row lands elsewhere."""
@@ -287,11 +283,8 @@ class SQLiteStore:
             raise InvalidInput(f"connection is on {files[0] if files else '?'!r}, this store is on {self.path}")
         return connection
 
-    def _insert(
-        self, conn: sqlite3.Connection, record: EffectRecord, row: list[Any], audit: list[Any]
-    ) -> tuple[EffectRecord, bool]:
+    def _insert(self, conn: sqlite3.Connection, record: EffectRecord, row: list[Any]) -> tuple[EffectRecord, bool]:
         if conn.execute(_INSERT, row).rowcount == 1:
-            conn.execute(_INSERT_AUDIT, audit)
             return record, True  # the row is exactly the record: no need to parse it back
         existing = self._select(conn, record.tenant, record.intent_key)
         assert existing is not None, "the write lock is held: the conflicting row cannot vanish in between"
@@ -315,19 +308,21 @@ class SQLiteStore:
         changes: Mapping[str, Any] | None = None,
         detail: Mapping[str, Any] | None = None,
         before_commit: Callable[[], None] | None = None,
+        audited: bool = True,
     ) -> EffectRecord:
         """Conditional update on (status, version) plus its audit row in one transaction; see :class:`Store`."""
         new, fields, audit = plan_transition(
-            record, to, now=now, actor=actor, reason=reason, changes=changes, detail=detail
+            record, to, now=now, actor=actor, reason=reason, changes=changes, detail=detail, audited=audited
         )
         update, encoder = _update(fields)
         params = encoder.values(new)
         params += (record.tenant, record.intent_key, record.status.value, record.version)
-        audit_row = _audit_values(audit)  # everything encoded before the write lock is taken
+        audit_row = None if audit is None else _audit_values(audit)  # encoded before the write lock is taken
         with self._write() as conn:
             if conn.execute(update, params).rowcount != 1:
                 raise stale(record, self._select(conn, record.tenant, record.intent_key))
-            conn.execute(_INSERT_AUDIT, audit_row)
+            if audit_row is not None:
+                conn.execute(_INSERT_AUDIT, audit_row)
             if before_commit is not None:
                 before_commit()
         return new  # what was written, validated by plan_transition: no need to parse it back

@@ -14,8 +14,11 @@ from ._states import EffectStatus
 class Store(Protocol):
     """Durable home of effect records, their audit trail and evidence.
 
-    Every state change is a conditional update on (status, version) that also appends an audit row in the
-    same transaction; a lost race raises :class:`StaleRecord` and writes nothing.
+    Every state change is a conditional update on (status, version); a lost race raises :class:`StaleRecord`
+    and writes nothing. The audit trail holds what the record alone cannot tell: each change is appended to
+    it in the same transaction, except an intent's creation and a write made with ``audited=False`` (the
+    dispatcher's own answer), which the record's columns describe in full (``updated_by``, ``updated_at``,
+    ``resolution``) until the next, audited, change.
     """
 
     def migrate(self) -> None:
@@ -28,10 +31,9 @@ class Store(Protocol):
 
     def close(self) -> None: ...
 
-    def insert_if_absent(
-        self, record: EffectRecord, *, actor: str, reason: str | None = None, connection: Any = None
-    ) -> tuple[EffectRecord, bool]:
-        """Insert ``record`` (and its first audit row) unless (tenant, intent_key) exists.
+    def insert_if_absent(self, record: EffectRecord, *, connection: Any = None) -> tuple[EffectRecord, bool]:
+        """Insert ``record`` unless (tenant, intent_key) exists; its ``created_at`` and ``updated_by`` say who
+        made it and when (no audit row).
 
         Returns the stored row and whether this call created it. With ``connection`` (the caller's own
         sqlite3 / psycopg connection) the insert joins the caller's transaction and is not committed here.
@@ -51,11 +53,14 @@ class Store(Protocol):
         changes: Mapping[str, Any] | None = None,
         detail: Mapping[str, Any] | None = None,
         before_commit: Callable[[], None] | None = None,
+        audited: bool = True,
     ) -> EffectRecord:
         """Move ``record`` to ``to`` if it is still at ``record.status`` and ``record.version``.
 
-        ``changes`` sets other fields (names of :class:`EffectRecord` fields). ``before_commit`` runs inside
-        the transaction just before COMMIT (a crash point). Raises IllegalTransition or StaleRecord.
+        ``changes`` sets other fields (names of :class:`EffectRecord` fields); ``updated_by`` becomes ``actor``.
+        ``before_commit`` runs inside the transaction just before COMMIT (a crash point). ``audited=False``
+        appends no audit row (``reason`` and ``detail`` are then not kept). Raises IllegalTransition or
+        StaleRecord.
         """
         ...
 

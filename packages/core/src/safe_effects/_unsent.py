@@ -3,11 +3,11 @@
 A claim's write can commit while its answer is lost (a connection cut after the commit): the caller gets
 ``LedgerUnavailable`` (nothing sent), yet an in-flight record under the worker's lease now exists. Other
 workers must wait for the lease to run out and then reconcile, as for a lost worker; this ledger knows
-better. Every claim it writes carries a tag of its own in the claim's audit reason (``claim #<tag>``); when
-the write fails, :class:`UnsentClaims` remembers the tag, and a later call that finds the in-flight record
-at that version, whose claim row carries one of those tags, knows that this very attempt wrote it and never
-sent it. The tag, not the lease owner or the time, is the proof: two ledgers may share a worker id and a
-clock that stands still, but never a tag.
+better. Every claim it writes carries a tag of its own as the record's ``lease_token``; when the write
+fails, :class:`UnsentClaims` remembers the tag, and a later call that finds the in-flight record at that
+version holding one of those tags knows that this very attempt wrote it and never sent it. The tag, not the
+lease owner or the time, is the proof: two ledgers may share a worker id and a clock that stands still, but
+never a tag.
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ from __future__ import annotations
 import itertools
 import threading
 import uuid
-from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
-from ._records import AuditEntry, EffectRecord
+from ._records import EffectRecord
 from ._states import EffectStatus
 
 # (tenant, intent key, created_at, version): created_at tells a record from one of the same key made after a purge
@@ -26,7 +25,7 @@ Claim = tuple[str, str, datetime, int]
 
 
 class UnsentClaims:
-    """One ledger's failed claims of never-sent intents, by the tag each claim's audit row carries."""
+    """One ledger's failed claims of never-sent intents, by the tag each claim writes as its lease token."""
 
     def __init__(self, *, keep_for: timedelta) -> None:
         self._keep_for = keep_for  # past the lease, other workers reconcile the claim anyway
@@ -52,19 +51,14 @@ class UnsentClaims:
             for old in [c for c, tags in self._failed.items() if max(tags.values()) < horizon]:
                 del self._failed[old]
 
-    def takes(self, record: EffectRecord, worker_id: str, trail: Callable[[], Sequence[AuditEntry]]) -> bool:
-        """Whether ``record`` is a claim whose write failed here, so nothing sent it: its claim row carries a
-        remembered tag (``trail`` is read only for a record that could be one)."""
+    def takes(self, record: EffectRecord, worker_id: str) -> bool:
+        """Whether ``record`` is a claim whose write failed here, so nothing sent it: it holds its lease under
+        a remembered tag."""
         if record.status is not EffectStatus.IN_FLIGHT or record.lease_owner != worker_id:
             return False
         with self._lock:
-            tags = set(self._failed.get(_claim(record), ()))
-        if not tags:
-            return False
-        # the newest such row: the audit trail outlives a purge, and a key made again restarts at version 1
-        rows = reversed(trail())
-        row = next((a for a in rows if a.version == record.version and a.to_status is record.status), None)
-        return row is not None and row.actor == worker_id and (row.reason or "").rpartition("#")[2] in tags
+            tags = self._failed.get(_claim(record), {})
+            return record.lease_token is not None and record.lease_token in tags
 
     def forget(self, claim: EffectRecord) -> None:
         with self._lock:
