@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
+from functools import lru_cache
 from typing import Any
 
 from safe_effects import (
@@ -123,6 +124,7 @@ BASE_CONTRACT = ProviderContract(
 NO_KEYS = IdempotencyContract(supported=False)
 
 
+@lru_cache(maxsize=1024)  # every write asks; the SDK has a few hundred operations, each contract frozen
 def contract_for(operation: str) -> ProviderContract:
     """The Stripe contract narrowed to the lookups that can answer for ``operation``.
 
