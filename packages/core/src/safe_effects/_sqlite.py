@@ -43,7 +43,6 @@ _UNAVAILABLE = ("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_IOERR", "SQLITE_FULL", "
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 
-@lru_cache(maxsize=64)  # a claim writes the same instant into four columns: format it once
 def _utc_text(value: datetime) -> str:
     """``value`` (already UTC) as ``_TIME_FORMAT`` text; %-formatting is several times faster than strftime."""
     return "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ" % (  # noqa: UP031  # speed, see docstring
