@@ -115,23 +115,20 @@ def store_targets(pg: str | None) -> Iterator[list[StoreTarget]]:
 # -- the raw two-commit floor -------------------------------------------------------------------------------
 
 # The floor writes what a claim and a confirm write, by hand: the same columns with the same kind of values
-# (a provider key per intent, real timestamps, lease, digests, a resolution), so index upkeep and row size
-# are the executor's own. What it leaves out is what the ledger adds: audit rows, validation, encoding.
+# (a provider key and a claim token per intent, real timestamps, lease, writer, digests, a resolution), so
+# index upkeep and row size are the executor's own. What it leaves out is what the ledger adds: validation,
+# encoding, the digest, the executor's decisions. (Until 2026-11-30 each of the ledger's commits also carried
+# an audit row, and a "design floor" mode wrote them by hand; since migration v4 a routine effect has none.)
 _CLAIM_COLUMNS = (
     "tenant_id, intent_key, provider, operation, request_digest, status, version, provider_key, attempt_count, "
-    "lease_owner, lease_expires_at, summary, created_at, updated_at, first_dispatched_at, dispatched_at"
+    "lease_owner, lease_expires_at, lease_token, summary, created_at, updated_at, updated_by, first_dispatched_at, "
+    "dispatched_at"
 )
 _DIGEST = "sha256:" + "0" * 64
 _LEASE_OWNER = "bench-host:1:0123abcd"
 
 
-# The audit rows a claim and a confirm add, by hand, for the design floor (``raw_pair(url, audit=True)``).
-_AUDIT_COLUMNS = "tenant_id, intent_key, at, from_status, to_status, version, actor, reason, detail"
-_CLAIM_AUDIT = (None, "in_flight", 1, "claim")
-_CONFIRM_AUDIT = ("in_flight", "confirmed", 2, "provider_response")
-
-
-def _sqlite_pair(path: str, *, audit: bool) -> Iterator[Callable[[str], None]]:
+def _sqlite_pair(path: str) -> Iterator[Callable[[str], None]]:
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = FULL")
@@ -139,30 +136,22 @@ def _sqlite_pair(path: str, *, audit: bool) -> Iterator[Callable[[str], None]]:
     now, lease = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')", "strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+120 seconds')"
     claim = (
         f"INSERT INTO effect_intents ({_CLAIM_COLUMNS}) VALUES ('bench-raw', ?, 'bench', 'charge', ?, "
-        f"'in_flight', 1, ?, 1, ?, {lease}, '{{}}', {now}, {now}, {now}, {now})"
+        f"'in_flight', 1, ?, 1, ?, {lease}, ?, '{{}}', {now}, {now}, ?, {now}, {now})"
     )
     confirm = (
-        f"UPDATE effect_intents SET status = 'confirmed', version = 2, updated_at = {now}, lease_owner = NULL, "
-        f"lease_expires_at = NULL, provider_result_id = ?, response_digest = ?, resolved_at = {now}, "
+        f"UPDATE effect_intents SET status = 'confirmed', version = 2, updated_at = {now}, updated_by = ?, "
+        f"lease_owner = NULL, lease_expires_at = NULL, lease_token = NULL, provider_result_id = ?, "
+        f"response_digest = ?, resolved_at = {now}, "
         """resolution = '{"method":"provider_response"}' """
         "WHERE tenant_id = 'bench-raw' AND intent_key = ? AND status = 'in_flight' AND version = 1"
     )
-    audit_row = (  # the id as the store assigns it: next in this intent's own sequence (migration v3)
-        f"INSERT INTO effect_audit ({_AUDIT_COLUMNS}, id) VALUES ('bench-raw', ?, {now}, ?, ?, ?, "
-        f"'{_LEASE_OWNER}', ?, '{{}}', (SELECT coalesce(max(id), 0) + 1 FROM effect_audit "
-        "WHERE tenant_id = 'bench-raw' AND intent_key = ?))"
-    )
 
     def one(key: str) -> None:
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute(claim, (key, _DIGEST, key, _LEASE_OWNER))
-        if audit:
-            conn.execute(audit_row, (key, *_CLAIM_AUDIT, key))
+        conn.execute("BEGIN IMMEDIATE")  # as the store writes: a write transaction that takes the lock first
+        conn.execute(claim, (key, _DIGEST, key, _LEASE_OWNER, "0123abcd." + key[6:18], _LEASE_OWNER))
         conn.execute("COMMIT")
         conn.execute("BEGIN IMMEDIATE")
-        conn.execute(confirm, ("res_" + key[6:18], "res_" + key[6:18], key))
-        if audit:
-            conn.execute(audit_row, (key, *_CONFIRM_AUDIT, key))
+        conn.execute(confirm, (_LEASE_OWNER, "res_" + key[6:18], "res_" + key[6:18], key))
         conn.execute("COMMIT")
 
     try:
@@ -171,7 +160,7 @@ def _sqlite_pair(path: str, *, audit: bool) -> Iterator[Callable[[str], None]]:
         conn.close()
 
 
-def _postgres_pair(url: str, *, audit: bool) -> Iterator[Callable[[str], None]]:
+def _postgres_pair(url: str) -> Iterator[Callable[[str], None]]:
     import psycopg
     from psycopg import sql
 
@@ -179,29 +168,20 @@ def _postgres_pair(url: str, *, audit: bool) -> Iterator[Callable[[str], None]]:
     table = sql.Identifier(schema or "safe_effects", "effect_intents")
     claim = sql.SQL(
         "INSERT INTO {} (" + _CLAIM_COLUMNS + ") VALUES ('bench-raw', %(key)s, 'bench', 'charge', %(digest)s, "
-        "'in_flight', 1, %(key)s, 1, %(owner)s, now() + interval '120 seconds', '{{}}', now(), now(), now(), now())"
+        "'in_flight', 1, %(key)s, 1, %(owner)s, now() + interval '120 seconds', %(token)s, '{{}}', now(), now(), "
+        "%(owner)s, now(), now())"
     ).format(table)
     confirm = sql.SQL(
-        "UPDATE {} SET status = 'confirmed', version = 2, updated_at = now(), lease_owner = NULL, "
-        "lease_expires_at = NULL, provider_result_id = %(result)s, response_digest = %(result)s, resolved_at = now(), "
-        """resolution = '{{"method":"provider_response"}}' """
+        "UPDATE {} SET status = 'confirmed', version = 2, updated_at = now(), updated_by = %(owner)s, "
+        "lease_owner = NULL, lease_expires_at = NULL, lease_token = NULL, provider_result_id = %(result)s, "
+        """response_digest = %(result)s, resolved_at = now(), resolution = '{{"method":"provider_response"}}' """
         "WHERE tenant_id = 'bench-raw' AND intent_key = %(key)s AND status = 'in_flight' AND version = 1"
     ).format(table)
-    if audit:  # like the store: the audit row in the same statement, one commit per write
-        audited = sql.SQL(
-            " RETURNING tenant_id, intent_key), audited AS (INSERT INTO {} (" + _AUDIT_COLUMNS + ") "
-            "SELECT tenant_id, intent_key, now(), %(from)s, %(to)s, %(version)s, %(owner)s, %(reason)s, '{{}}' "
-            "FROM changed) SELECT 1 FROM changed"
-        ).format(sql.Identifier(schema or "safe_effects", "effect_audit"))
-        claim, confirm = (sql.SQL("WITH changed AS (") + part + audited for part in (claim, confirm))
     conn = psycopg.connect(conninfo, autocommit=True)
-    names = ("from", "to", "version", "reason")
-    claimed = {"digest": _DIGEST, "owner": _LEASE_OWNER, **dict(zip(names, _CLAIM_AUDIT, strict=True))}
-    confirmed = {"owner": _LEASE_OWNER, **dict(zip(names, _CONFIRM_AUDIT, strict=True))}
 
     def one(key: str) -> None:
-        conn.execute(claim, {"key": key, **claimed})
-        conn.execute(confirm, {"key": key, "result": "res_" + key[6:18], **confirmed})
+        conn.execute(claim, {"key": key, "digest": _DIGEST, "owner": _LEASE_OWNER, "token": "0123abcd." + key[6:18]})
+        conn.execute(confirm, {"key": key, "owner": _LEASE_OWNER, "result": "res_" + key[6:18]})
 
     try:
         yield one
@@ -210,17 +190,15 @@ def _postgres_pair(url: str, *, audit: bool) -> Iterator[Callable[[str], None]]:
 
 
 @contextmanager
-def raw_pair(store_url: str, *, audit: bool = False) -> Iterator[Callable[[str], None]]:
+def raw_pair(store_url: str) -> Iterator[Callable[[str], None]]:
     """A callable doing the raw INSERT commit + UPDATE commit for one new key on ``store_url``'s table.
 
-    ``audit=True`` is the design floor: each commit also writes the audit row the ledger must write with it
-    (append-only history is part of the design), still by hand and with no validation or encoding. The
-    tables must exist: :func:`store_targets` migrates the stores it yields.
+    The tables must exist: :func:`store_targets` migrates the stores it yields.
     """
     if store_url.startswith("sqlite:///"):
-        yield from _sqlite_pair(store_url[len("sqlite:///") :], audit=audit)
+        yield from _sqlite_pair(store_url[len("sqlite:///") :])
     else:
-        yield from _postgres_pair(store_url, audit=audit)
+        yield from _postgres_pair(store_url)
 
 
 # -- measurement --------------------------------------------------------------------------------------------

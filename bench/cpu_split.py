@@ -1,13 +1,13 @@
-"""Where an effect's CPU goes: this process's and a local PostgreSQL's, per effect, for raw, design floor and executor.
+"""Where an effect's CPU goes: this process's and a local PostgreSQL's, per effect, for the raw pair and the executor.
 
-One process, one mode at a time (alternating slices, median of the slices): the raw two-commit pair, the
-design floor (the pair plus its audit rows) and ``Ledger.execute`` with an adapter that answers at once.
+One process, one mode at a time (alternating slices, median of the slices): the raw two-commit pair and
+``Ledger.execute`` with an adapter that answers at once.
 It explains the 8-worker rows of ledger_overhead.py, which differ by store:
 
 - PostgreSQL: 8 workers on a 2-core machine run the cores flat out, and per-effect latency then follows the
   CPU an effect costs, client and server together. The reading line prints the budget the executor target
-  (<= 1.5 x raw) leaves once the cores are saturated: 1.5 x raw CPU minus the design floor's CPU, what any
-  implementation of the design may add; next to it, what this one adds.
+  (<= 1.5 x raw) leaves once the cores are saturated: half the raw pair's CPU, what the ledger may add to
+  the two commits; next to it, what it adds.
 - SQLite: writers take turns on one write lock, so the 8-worker ratio follows wall time per effect. The
   store also runs as ``sqlite-ram`` in a RAM-backed directory (/dev/shm), where fsync returns at once: the
   same Python costs less there, which shows how much dearer the executor's code runs next to each fsync.
@@ -38,7 +38,7 @@ from ledger_overhead import REQUEST, InstantAdapter
 from safe_effects import Ledger
 from safe_effects._store_url import split_schema
 
-MODES = ("raw", "design", "executor")
+MODES = ("raw", "executor")
 WARMUP = 20  # effects per slice before its clock starts (statement caches, prepared statements)
 RAM_DIR = Path("/dev/shm")
 LOCAL_HOSTS = frozenset({"", "127.0.0.1", "localhost", "::1"})
@@ -94,11 +94,9 @@ def calls(url: str) -> Iterator[dict[str, Callable[[], object]]]:
     adapter = InstantAdapter()
     with ExitStack() as stack:
         pair = stack.enter_context(raw_pair(url))
-        design = stack.enter_context(raw_pair(url, audit=True))
         ledger = stack.enter_context(Ledger.open(url))
         yield {
             "raw": lambda: pair(fresh_key()),
-            "design": lambda: design(fresh_key()),
             "executor": lambda: ledger.execute(adapter, REQUEST, intent_key=fresh_key("charge")),
         }
 
@@ -140,22 +138,21 @@ def print_rows(store: str, count: int, costs: dict[str, Cost]) -> None:
 
 
 def cpu_reading(costs: dict[str, Cost]) -> str:
-    """A server store's CPU budget: what the executor target leaves over the design floor once CPU-bound."""
-    raw, design, executor = (costs[mode].total for mode in MODES)
+    """A server store's CPU budget: what the executor target leaves over the raw pair once CPU-bound."""
+    raw, executor = (costs[mode].total for mode in MODES)
     return (
-        f"client + server CPU per effect: raw {raw:.0f} us, design floor {design:.0f} us, executor "
-        f"{executor:.0f} us (executor/raw {executor / raw:.2f}); with the cores saturated latency follows CPU, "
-        f"and the target (<= {TARGET} x raw) leaves {TARGET * raw - design:.0f} us over the design floor: "
-        f"the executor uses {executor - design:.0f} us"
+        f"client + server CPU per effect: raw {raw:.0f} us, executor {executor:.0f} us (executor/raw "
+        f"{executor / raw:.2f}); with the cores saturated latency follows CPU, and the target (<= {TARGET} x raw) "
+        f"leaves {(TARGET - 1) * raw:.0f} us over the raw pair: the executor uses {executor - raw:.0f} us"
     )
 
 
 def fsync_reading(disk: dict[str, Cost], ram: dict[str, Cost]) -> str:
-    """How much more the executor's own CPU (over the design floor) costs next to fsync than on RAM."""
-    on_disk = disk["executor"].client - disk["design"].client
-    on_ram = ram["executor"].client - ram["design"].client
+    """How much more the executor's own CPU (over the raw pair) costs next to fsync than on RAM."""
+    on_disk = disk["executor"].client - disk["raw"].client
+    on_ram = ram["executor"].client - ram["raw"].client
     return (
-        f"the executor's CPU over the design floor: {on_disk:.0f} us with fsync, {on_ram:.0f} us on RAM "
+        f"the executor's CPU over the raw pair: {on_disk:.0f} us with fsync, {on_ram:.0f} us on RAM "
         f"(x{on_disk / on_ram:.1f}); writers take turns on one lock, so at 8 workers the ratio follows "
         f"wall time per effect (executor/raw {disk['executor'].wall / disk['raw'].wall:.2f} here)"
     )

@@ -1,13 +1,11 @@
 """Per-effect cost of the executor's ledger writes (claim + confirm) against the raw minimum.
 
 Raw minimum: one INSERT commit plus one UPDATE commit on the ledger's own table (``raw_pair`` in
-_harness.py); the target (executor ÷ raw <= 1.5) is against it. Design floor: the same two commits, each
-also writing by hand the audit row the ledger's append-only history needs (``raw_pair(audit=True)``): what
-any implementation of this design must write, so executor ÷ design floor is what the implementation adds.
-Executor: ``Ledger.execute`` with an adapter that answers instantly, so only the ledger's work
+_harness.py), writing the columns a claim and a confirm write; the target (executor ÷ raw <= 1.5) is against
+it. Executor: ``Ledger.execute`` with an adapter that answers instantly, so only the ledger's work
 is measured. Both run on SQLite (file, WAL, synchronous=FULL) and PostgreSQL (fresh schema, when reachable),
 with 1 and 8 worker processes on distinct keys; then 8 workers on one key (one must dispatch, seven wait and
-answer from the ledger). Raw, design floor and executor run as separate slices, alternating three times on the
+answer from the ledger). Raw and executor run as separate slices, alternating three times on the
 same worker processes, rather than call by call: each mode's effects/s is its own wall-clock throughput. Each store and
 worker count gets an equal share of the time bound, split into slices of equal length.
 
@@ -50,7 +48,7 @@ CONTRACT = generic_contract()
 REQUEST = EffectRequest(operation="charge", params={"amount": 4200, "currency": "eur", "customer": "cus_1"})
 WORKER_COUNTS = (1, 8)
 ONE_KEY_WORKERS = 8  # after the distinct-key run with this many workers, the same pool races on one key
-MODES = ("raw", "design", "executor")
+MODES = ("raw", "executor")
 SLICES = 3  # the modes' slices alternate this many times per worker count
 
 
@@ -113,10 +111,10 @@ def _timed(call: Callable[[], object], *, seconds: float, warm: bool = True, onc
 
 
 def _slice(mode: str, url: str, seconds: float, shared_key: str | None) -> Span:
-    """In a worker process: raw pairs (with audit rows for the design floor) or executor calls for ``seconds``
-    after a warm-up; with ``shared_key``, one executor call on that key and no warm-up."""
-    if mode != "executor":
-        with raw_pair(url, audit=mode == "design") as pair:
+    """In a worker process: raw pairs or executor calls for ``seconds`` after a warm-up; with ``shared_key``,
+    one executor call on that key and no warm-up."""
+    if mode == "raw":
+        with raw_pair(url) as pair:
             return _timed(lambda: pair(fresh_key()), seconds=seconds)
     adapter = InstantAdapter()
     lease = LeasePolicy(poll_interval=0.002, wait_for_other=timedelta(seconds=60))
@@ -211,8 +209,8 @@ def main() -> None:
     with store_targets(args.pg) as targets:
         budget = args.seconds / (len(targets) * len(WORKER_COUNTS))
         print(
-            f"{'store':<9} {'workers':>7} {'n raw':>6} {'n exec':>6} {'raw ms':>8} {'design ms':>9} {'exec ms':>8} "
-            f"{'ratio':>6} {'vs design':>9} {'raw/s':>7} {'exec/s':>7}"
+            f"{'store':<9} {'workers':>7} {'n raw':>6} {'n exec':>6} {'raw ms':>8} {'exec ms':>8} "
+            f"{'ratio':>6} {'raw/s':>7} {'exec/s':>7}"
         )
         for target in targets:
             for count in WORKER_COUNTS:
@@ -220,11 +218,10 @@ def main() -> None:
                     tallies = compare_modes(workers, target.url, budget)
                     raw, executor = tallies["raw"], tallies["executor"]
                     raw_ms, exec_ms = median_ms(raw.samples), median_ms(executor.samples)
-                    design_ms = median_ms(tallies["design"].samples)
                     print(
                         f"{target.name:<9} {count:>7} {len(raw.samples):>6} {len(executor.samples):>6} "
-                        f"{raw_ms:>8.2f} {design_ms:>9.2f} {exec_ms:>8.2f} {exec_ms / raw_ms:>6.2f} "
-                        f"{exec_ms / design_ms:>9.2f} {raw.rate:>7.0f} {executor.rate:>7.0f}"
+                        f"{raw_ms:>8.2f} {exec_ms:>8.2f} {exec_ms / raw_ms:>6.2f} "
+                        f"{raw.rate:>7.0f} {executor.rate:>7.0f}"
                     )
                     print(f"{target.name:<9} {count:>7} {tail(tallies)}")
                     if count == ONE_KEY_WORKERS:

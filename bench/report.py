@@ -44,40 +44,39 @@ BENCHMARKS = (
         "ledger_overhead.py",
         "Executor vs the raw two-commit minimum",
         "`Ledger.execute` with an adapter that answers instantly (no network, no provider work), so all that "
-        "is left is the executor: validation, request digest, claim (`in_flight` + lease) and confirm, with "
-        "their audit rows. It runs with 1 and 8 worker processes on distinct keys, then 8 processes on one "
+        "is left is the executor: validation, request digest, claim (`in_flight` + lease) and confirm. It "
+        "runs with 1 and 8 worker processes on distinct keys, then 8 processes on one "
         "key (one must dispatch, seven wait for it and answer from the ledger: `provider dispatches` must "
         "be 1). In every slice the workers connect and warm up, meet at a barrier and then call for the "
         "same window of time, so every measured call ran with all its peers running. Columns: effects "
-        "measured, median per-effect latency (raw, design floor, executor), executor ÷ raw (the target), "
-        "executor ÷ design floor, and effects per second over the wall-clock span of the measured calls "
+        "measured, median per-effect latency (raw, executor), executor ÷ raw (the target), and effects per "
+        "second over the wall-clock span of the measured calls "
         "(start-up and warm-up excluded). The line under each row gives each mode's 99th percentile and "
         "slowest call: what the medians hide.",
         "The raw minimum any durable claim-then-confirm needs: one INSERT commit plus one UPDATE commit on the "
         "ledger's own `effect_intents` table, same indexes, same durability (SQLite WAL + `synchronous=FULL`; "
         "PostgreSQL autocommit, one statement per commit, like the store), writing by hand what the claim and "
-        "the confirm write: the same columns with the same kind of values (a provider key per intent, real "
-        "timestamps, lease, digests, a resolution), so index upkeep and row size are the executor's own. "
-        "What it leaves out is what the ledger adds: audit rows, validation, encoding, the digest. The "
-        "ledger cannot do less than two commits per effect without losing the crash window it exists to "
-        "close, so this is the floor. (Before 2026-11-29 the floor wrote a bare row with no provider key "
-        "and constant timestamps; that understated index upkeep by about one WAL page per effect.) The "
-        "**design floor** is the same two commits with, in each, the audit row the design requires "
-        "(append-only history, written in the same transaction), still by hand: what any implementation of "
-        "this design must write. Executor ÷ design floor is therefore what this implementation (Python: "
-        "validation, encoding, digest, pydantic records) adds on top of the design.",
+        "the confirm write: the same columns with the same kind of values (a provider key and a claim token "
+        "per intent, real timestamps, lease, writer, digests, a resolution), so index upkeep and row size are "
+        "the executor's own. What it leaves out is what the ledger adds: validation, encoding, the digest, "
+        "its decisions. The ledger cannot do less than two commits per effect without losing the crash "
+        "window it exists to close, so this is the floor. (Before 2026-11-29 the floor wrote a bare row with "
+        "no provider key and constant timestamps; that understated index upkeep by about one WAL page per "
+        "effect. Until 2026-11-30 each of the ledger's two commits also wrote an audit row, and a third "
+        "mode, the design floor, wrote them by hand; since schema v4 a routine effect writes none, see "
+        "below.)",
     ),
     Benchmark(
         "cpu_split.py",
         "Where an effect's CPU goes: the 8-worker rows explained",
-        "Raw pair, design floor and executor (instant adapter), one process, one mode at a time in "
+        "Raw pair and executor (instant adapter), one process, one mode at a time in "
         "alternating slices: per-effect CPU of this process (`client`, which with SQLite includes the "
         "kernel's fsync work) and of the local PostgreSQL's processes (`server`, read from /proc), and wall "
         "time. `sqlite-ram` is the same SQLite store in a RAM-backed directory, where fsync returns at once. "
         "Two readings follow the table. PostgreSQL at 8 workers on 2 cores is CPU-bound, so its line turns "
-        "the executor target into a CPU budget over the design floor. SQLite's writers take turns on one lock, "
+        "the executor target into a CPU budget over the raw pair. SQLite's writers take turns on one lock, "
         "so its line compares the executor's own CPU next to fsync and on RAM.",
-        "The same raw pair and design floor as the executor benchmark, on the same kinds of store.",
+        "The same raw pair as the executor benchmark, on the same kinds of store.",
     ),
     Benchmark(
         "stripe_overhead.py",
@@ -198,8 +197,8 @@ def machine_facts(pg: str, load_before: tuple[float, float, float], load_after: 
 
 
 _LEDGER_ROW = re.compile(
-    r"^(?P<store>\w+)\s+(?P<workers>\d+)\s+\d+\s+\d+\s+(?P<raw>[\d.]+)\s+(?P<design>[\d.]+)\s+(?P<exec>[\d.]+)\s+"
-    r"(?P<ratio>[\d.]+)\s+(?P<vs_design>[\d.]+)\s+(?P<raw_rate>\d+)\s+(?P<exec_rate>\d+)$"
+    r"^(?P<store>\w+)\s+(?P<workers>\d+)\s+\d+\s+\d+\s+(?P<raw>[\d.]+)\s+(?P<exec>[\d.]+)\s+"
+    r"(?P<ratio>[\d.]+)\s+(?P<raw_rate>\d+)\s+(?P<exec_rate>\d+)$"
 )
 _ONE_KEY = re.compile(r"^(?P<store>\w+)\s+(?P<workers>\d+) on one key: .* dispatches: (?P<dispatches>\d+)$")
 _CPU_READING = re.compile(
@@ -245,8 +244,7 @@ def reading(runs: list[Run]) -> list[str]:
                     bullets.append(
                         f"Executor on {m['store']}, {m['workers']} worker(s): {m['exec']} ms per effect vs "
                         f"{m['raw']} ms for the raw two commits (ratio {m['ratio']}, target <= {TARGET} "
-                        f"{verdict}); the design floor with its audit rows took {m['design']} ms, so the "
-                        f"implementation adds {m['vs_design']} x; {m['exec_rate']} vs {m['raw_rate']} effects/s."
+                        f"{verdict}); {m['exec_rate']} vs {m['raw_rate']} effects/s."
                     )
                 elif (m := _ONE_KEY.match(line.strip())) is not None:
                     verdict = "as it must be" if m["dispatches"] == "1" else "**a double dispatch: a bug**"
@@ -310,10 +308,11 @@ WHERE_THE_TIME_GOES = """\
 The `cpu_split.py` table above is measured in this run; the rest comes from diagnostic scripts run on this
 machine on 2026-11-29 and is not part of the page's run.
 
-- **One run is one sample.** Five runs of `ledger_overhead.py` on 2026-11-29 on this 2-core VM, with the
-  workers started together (see below) and the one above among them, gave executor/raw ratios of 1.50-1.66
-  (SQLite, 1 worker), 1.64-1.87 (SQLite, 8), 1.17-1.47 (PostgreSQL, 1) and 1.52-1.81 (PostgreSQL, 8); that
-  day's provider quotients ranged 1.46-2.9, and the raw floor varied up to 2.4x between runs (disk flush
+- **One run is one sample.** Five runs of `ledger_overhead.py` on 2026-11-30 00:47-00:53 UTC on this 2-core VM,
+  after schema v4 (below), gave executor/raw ratios of 1.40-1.51 (SQLite, 1 worker), 1.44-1.58 (SQLite, 8),
+  1.22-1.45 (PostgreSQL, 1) and 1.45-1.82 (PostgreSQL, 8). Five runs on 2026-11-29, before it, gave
+  1.50-1.66, 1.64-1.87, 1.17-1.47 and 1.52-1.81. The provider quotients ranged 1.46-2.9 that day and
+  1.58-2.16 in a first run after v4, and the raw floor varied up to 2.4x between runs (disk flush
   latency). Compare a change against figures from the same hour, and run twice.
 - **Workers start together, and are measured warm (since 2026-11-29, 23:45 UTC).** Before, each worker of a slice made
   its 100 calls as soon as it had connected, after 5 warm-up calls. Spawned processes come up one after
@@ -325,53 +324,60 @@ machine on 2026-11-29 and is not part of the page's run.
   executor, a larger share of the smaller raw figure: the SQLite one-worker ratio of 1.23 on this page
   until then came mostly from that, and warm, the same code measures 1.3-1.8. Figures from before this
   change are not comparable with later ones.
-- **Design or implementation.** The design floor (the raw pair plus the audit row each commit must carry)
-  costs 1.02-1.2 x the raw pair: the audit trail is about a tenth of the gap. The rest is this
-  implementation's CPU: pydantic records and audit entries, row encoding, the request digest, the transition
-  plan, the pool checkout and psycopg's parameter dumping on PostgreSQL, and the plain call overhead of the
-  executor's steps. It is spread thin: warm, no single piece takes above ~6 us (a transition plan 6 us, a
-  digest 4 us, a record 3 us, a row 1.5-3.3 us), about 50 us of Python per effect in all.
+- **Routine audit rows, dropped on 2026-11-30 (schema v4).** Until then each of an effect's two commits also
+  wrote an audit row (creation, then the provider's answer) that repeated the record. Measured back to back
+  on this machine with `cpu_split.py` at the commit before and after: the executor on a RAM-backed SQLite
+  file went from 170-181 to 127-132 us of CPU per effect, and SQLite's executor/raw wall ratio from 1.53-1.69
+  to 1.38. A "design floor" that wrote the two rows by hand had put them at a tenth of the gap; it missed
+  the executor's own work for them (an `AuditEntry` built, validated and encoded per commit). What is left
+  is the implementation's CPU: pydantic records, row encoding, the request digest, the transition plan, the
+  pool checkout and psycopg's parameter dumping on PostgreSQL, and the plain call overhead of the executor's
+  steps. It is spread thin: warm, no single piece takes above ~6 us (a transition plan 5.6 us, a digest
+  5 us, a record's row 5 us), about 70 us per effect on RAM in all.
 - **PostgreSQL at 8 workers is CPU-bound.** Eight processes and the server share 2 cores, so latency follows
-  the machine's CPU per effect. Measured over synchronised 8-worker slices (all CPU in /proc/stat, start-up
-  excluded): raw 434-500 us, design floor 459-528 us, executor 809-850 us, a ratio of 1.7-1.9, close to
-  the 8-worker latency ratio (1.6-1.9). Under that contention each process's CPU per effect is 1.7-1.9 x
-  its single-process figure, raw and executor alike. `cpu_split.py` turns the target into a
-  single-process budget (its reading above is this run's). Across the runs of 2026-11-29 the target left
-  the executor about 90-140 us of CPU per effect over the design floor, and its use of that budget varied
-  widely (about 60-250 us): the server's CPU is read from /proc over each slice and moves with anything
-  else PostgreSQL does. The synchronised 8-worker figures are the steadier measure. By those, meeting the
-  target takes cutting the executor's CPU over the design floor (about 330 us per effect at 8 workers) by
-  some 40%: its Python and driver work as a whole, since no single cost is that large.
+  the machine's CPU per effect. Measured on 2026-11-29, before v4, over synchronised 8-worker slices (all
+  CPU in /proc/stat, start-up excluded): raw 434-500 us, executor 809-850 us, a ratio of 1.7-1.9, close to
+  the 8-worker latency ratio of those days (1.6-1.9). Under that contention each process's CPU per effect
+  is 1.7-1.9 x its single-process figure, raw and executor alike. `cpu_split.py` turns the target into a
+  single-process budget: half the raw pair's CPU (its reading above is this run's). The server's CPU is read
+  from /proc over each slice and moves with anything else PostgreSQL does, so that reading varies from run
+  to run by tens of microseconds.
 - **SQLite at 8 workers is not CPU-bound.** Its writers take turns on one write lock, and a writer that
   finds it taken sleeps in SQLite's busy handler in growing steps (1, 2, 5, 10 ... 100 ms). The lock mostly
   goes to a writer that is awake, so the median call waits for no one: the 8-worker medians are the
   1-worker ones, and so is the throughput (one writer's). A few calls sleep long: at 8 workers the 99th
-  percentile was 2-19 ms for the raw pair but 34-131 ms for the design floor and the executor, whose
-  commits carry audit rows, and the slowest call took 0.4-2 s in every mode. That is SQLite's locking,
-  which longer write transactions make worse, not Python; the core README says when to use PostgreSQL.
-- **Python next to fsync runs slower.** The same executor code costs about 48 us of CPU per effect over the
-  design floor on a RAM-backed SQLite file and 100-130 us next to real fsyncs (`cpu_split.py`, `sqlite` vs
-  `sqlite-ram`). Pinning the process to one core changes nothing, so it is not a migration between cores;
+  percentile was 2-19 ms for the raw pair but 34-131 ms for the executor on 2026-11-29, and still about
+  105 ms in two runs after v4, whose commits are the raw pair's statements: the audit rows were not the
+  cause. A writer that uses more CPU between its commits is more often descheduled while others wait, and
+  the slowest call took 0.4-2 s in every mode. That is SQLite's locking, not Python; the core README says
+  when to use PostgreSQL.
+- **Python next to fsync runs slower.** The same executor code costs about 70-80 us of CPU per effect over
+  the raw pair on a RAM-backed SQLite file and 145-170 us next to real fsyncs (`cpu_split.py`, `sqlite` vs
+  `sqlite-ram`, 2026-11-30). Pinning the process to one core changes nothing, so it is not a migration between cores;
   the kernel's flush path leaves the caches cold for the Python that follows.
 - **Inside a provider call the ledger costs more than alone.** Timing the adapter's send inside a wrapped
-  Stripe call: the SDK's request itself takes what a raw call takes (1.10 vs 1.08 ms, with the same
-  metadata). Everything outside it takes 295 us on a RAM-backed ledger: the wrapper, the executor and
-  SQLite's statements, with no fsync. Next to real fsyncs it takes 583 us. Alone, with an instant adapter,
-  the executor takes about 100 us. The wrapper's own steps (operation name, contract, metadata stamp,
-  summary, `EffectRequest`) cost about 15 us warm. After a full HTTP round trip through requests and the
-  SDK, all of this code runs with cold caches, at 2-3 x its warm cost. This is why the provider quotients
-  stay above the executor ratio.
+  Stripe call (2026-11-29, before v4): the SDK's request itself takes what a raw call takes (1.10 vs 1.08 ms,
+  with the same metadata). Everything outside it takes 295 us on a RAM-backed ledger: the wrapper, the executor
+  and SQLite's statements, with no fsync. Next to real fsyncs it takes 583 us. Alone, with an instant adapter,
+  the executor takes about 100 us. The wrapper's own steps (operation name, contract, metadata stamp, summary,
+  `EffectRequest`) cost about 15 us warm. After a full HTTP round trip through requests and the SDK, all of this
+  code runs with cold caches, at 2-3 x its warm cost. This is why the provider quotients stay above the executor
+  ratio.
 - **Pages written (SQLite).** With `synchronous=FULL` each commit waits for its WAL frames to reach the disk.
-  The raw floor writes 7.5 WAL pages per effect, the executor 10.6-10.9, the design floor 10.9: the
-  difference from raw is the two audit rows. They stay, because an audit trail written after the commit
-  could be lost in exactly the crash the ledger is for.
+  The raw floor writes 7.2-7.5 WAL pages per effect. The executor wrote 10.6-10.9 until v4, the difference
+  being its two audit rows, and writes 7.4 since (2,000 effects, a reader holding the WAL). Audit rows that
+  remain are still written in the commit they describe: a trail written after the commit could be lost in
+  exactly the crash the ledger is for.
 - **What was cut, and what was refused.** Cut earlier: per-call type tests in row encoding (`RowEncoder`),
   `strftime` (cached %-formatting), `json.dumps` with options (pydantic-core's `to_json`, one reused
   encoder), named parameters, tenacity on every call (now only after a refusal), a new psycopg cursor per
   statement. Refused: a non-durable confirm commit, which would turn "confirmed" into "maybe". Also refused:
   sending the provider request while the claim's fsync is still running. Every transport path of three SDKs
   would need a gate before the first byte, and one missed path would send before the claim is durable.
-- **Memory.** pydantic-core's string cache (on by default, about 16k entries, process-wide) kept a copy of
+- **Memory.** The SQLite store's timestamp text went through a 64-entry cache that never hit (each write
+  has a new instant, and the row encoder already reuses one conversion across a write's columns); at 150
+  calls its filling showed as about 100 B kept per call. It was removed on 2026-11-30.
+- **Memory, earlier.** pydantic-core's string cache (on by default, about 16k entries, process-wide) kept a copy of
   each `IntentKey` it converted for `AuditEntry.intent_key`: about 90 bytes per audited call, up to roughly
   1.6 MB. The record models set `cache_strings=False`; the memory figures above are after that change.
 - **The fakes.** FakeStripe and FakeSendGrid are served from a child process (like moto), so their own work

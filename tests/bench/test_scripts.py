@@ -74,7 +74,7 @@ def test_ledger_overhead_rows_are_read_and_one_key_dispatches_once(
     assert {(m["store"], m["workers"]) for m in rows} == {(s, w) for s in stores for w in ("1", "8")}
     assert {m["store"] for m in one_key} == stores
     assert [m["dispatches"] for m in one_key] == ["1"] * len(stores)
-    assert all(float(m[column]) > 0 for m in rows for column in ("raw", "design", "exec"))
+    assert all(float(m[column]) > 0 for m in rows for column in ("raw", "exec"))
     tails = [line for line in lines if "99th percentile ms: raw " in line]
     assert len(tails) == len(rows), out
 
@@ -96,9 +96,9 @@ def test_memory_rows_are_read(report: ModuleType, pg: str, stores: set[str]) -> 
 
 def test_cpu_split_rows_and_readings_are_read(report: ModuleType, pg: str, stores: set[str]) -> None:
     out = run("cpu_split.py", pg, "--calls", "5", "--slices", "1")
-    rows = [line.split() for line in out.splitlines() if line.split()[1:2] in (["raw"], ["design"], ["executor"])]
+    rows = [line.split() for line in out.splitlines() if line.split()[1:2] in (["raw"], ["executor"])]
     measured = stores | ({"sqlite-ram"} if Path("/dev/shm").is_dir() else set())
-    assert {(row[0], row[1]) for row in rows} == {(s, m) for s in measured for m in ("raw", "design", "executor")}
+    assert {(row[0], row[1]) for row in rows} == {(s, m) for s in measured for m in ("raw", "executor")}
     readings = [m for line in out.splitlines() if (m := report._CPU_READING.match(line.strip()))]
     expected = stores if "sqlite-ram" in measured else stores - {"sqlite"}  # SQLite's reading needs both
     assert {m["store"] for m in readings} == expected
