@@ -295,8 +295,30 @@ def test_definitive_refusal_is_rejected_and_stays_rejected(env: Env) -> None:
     record = env.record()
     assert record.status is EffectStatus.REJECTED
     assert record.last_error_code == "declined"
+    # the provider's own refusal is the dispatcher's answer: told by the record, no audit row
+    assert (record.version, record.updated_by, record.lease_token) == (2, env.ledger.worker_id, None)
+    assert record.resolution is not None
+    assert record.resolution.method == "provider_response"
+    assert env.ledger.store.audit_trail("default", KEY) == []
     assert len(env.fake.requests()) == 1
     assert env.fake.effects() == []
+
+
+def test_a_lost_answer_is_audited_with_the_claim_before_it_kept_in_the_record(env: Env) -> None:
+    env.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
+    with pytest.raises(EffectUnknown):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    record = env.record()
+    [entry] = env.ledger.store.audit_trail("default", KEY)
+    assert (entry.from_status, entry.to_status, entry.version, entry.actor) == (
+        EffectStatus.IN_FLIGHT,
+        EffectStatus.UNKNOWN,
+        2,
+        env.ledger.worker_id,
+    )
+    assert (record.status, record.version, record.updated_by) == (EffectStatus.UNKNOWN, 2, env.ledger.worker_id)
+    assert record.dispatched_at == record.created_at  # when it was claimed and sent: the record says
+    assert len(env.fake.effects()) == 1
 
 
 def test_rate_limits_are_retried_inside_the_boundary_with_the_same_key(env: Env) -> None:
