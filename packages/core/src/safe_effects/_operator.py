@@ -56,7 +56,8 @@ def _optional(value: str | None, what: str) -> str | None:
 def _confirmed_version(trail: Sequence[AuditEntry], record: EffectRecord) -> int | None:
     """The version at which ``record`` was confirmed, from its trail (rows of this record, not of one of the
     same key purged before it was made). A confirm by the provider's answer has no row of its own; the first
-    change from confirmed, always audited, was made at the next version."""
+    change from confirmed, always audited, was made at the next version. A row stamped before ``created_at``
+    by a clock running behind is left out too: the caller then refuses, it never accepts a version wrongly."""
     rows = [a for a in trail if a.at >= record.created_at]
     settled = [a.version for a in rows if a.to_status is S.CONFIRMED and a.from_status is not S.CONFIRMED]
     if settled:
