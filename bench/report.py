@@ -348,9 +348,10 @@ machine on 2026-11-29 and is not part of the page's run.
   1-worker ones, and so is the throughput (one writer's). A few calls sleep long: at 8 workers the 99th
   percentile was 2-19 ms for the raw pair but 34-131 ms for the executor on 2026-11-29, and still about
   105 ms in two runs after v4, whose commits are the raw pair's statements: the audit rows were not the
-  cause. A writer that uses more CPU between its commits is more often descheduled while others wait, and
-  the slowest call took 0.4-2 s in every mode. That is SQLite's locking, not Python; the core README says
-  when to use PostgreSQL.
+  cause. CPU between the commits is: 8 processes running the raw pair had a 99th percentile of 1.9-4 ms,
+  and 80-86 ms once each also spent 150 us of CPU after every effect, outside any transaction (2026-11-30,
+  a diagnostic script, two runs each). The slowest call took 0.4-5 s in every mode. That is SQLite's
+  locking on 2 cores; the core README says when to use PostgreSQL.
 - **Python next to fsync runs slower.** The same executor code costs about 70-80 us of CPU per effect over
   the raw pair on a RAM-backed SQLite file and 145-170 us next to real fsyncs (`cpu_split.py`, `sqlite` vs
   `sqlite-ram`, 2026-11-30). Pinning the process to one core changes nothing, so it is not a migration between cores;
