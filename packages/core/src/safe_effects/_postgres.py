@@ -448,7 +448,8 @@ class PostgresStore:
         before_commit: Callable[[], None] | None = None,
         audited: bool = True,
     ) -> EffectRecord:
-        """Conditional update on (status, version) plus its audit row, one statement; see :class:`Store`."""
+        """Conditional update on (status, version) plus its audit row (unless ``audited=False``), one statement;
+        see :class:`Store`."""
         new, fields, audit = plan_transition(
             record, to, now=now, actor=actor, reason=reason, changes=changes, detail=detail, audited=audited
         )

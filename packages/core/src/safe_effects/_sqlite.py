@@ -309,7 +309,8 @@ class SQLiteStore:
         before_commit: Callable[[], None] | None = None,
         audited: bool = True,
     ) -> EffectRecord:
-        """Conditional update on (status, version) plus its audit row in one transaction; see :class:`Store`."""
+        """Conditional update on (status, version) plus its audit row (unless ``audited=False``) in one
+        transaction; see :class:`Store`."""
         new, fields, audit = plan_transition(
             record, to, now=now, actor=actor, reason=reason, changes=changes, detail=detail, audited=audited
         )
