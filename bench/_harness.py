@@ -115,14 +115,15 @@ def store_targets(pg: str | None) -> Iterator[list[StoreTarget]]:
 # -- the raw two-commit floor -------------------------------------------------------------------------------
 
 # The floor writes what a claim and a confirm write, by hand: the same columns with the same kind of values
-# (a provider key and a claim token per intent, real timestamps, lease, writer, digests, a resolution), so
-# index upkeep and row size are the executor's own. What it leaves out is what the ledger adds: validation,
-# encoding, the digest, the executor's decisions. (Until 2026-11-30 each of the ledger's commits also carried
-# an audit row, and a "design floor" mode wrote them by hand; since migration v4 a routine effect has none.)
+# (a provider key and a claim token per intent, real timestamps, lease, writer and sender, digests, a
+# resolution), so index upkeep and row size are the executor's own. What it leaves out is what the ledger
+# adds: validation, encoding, the digest, the executor's decisions. (Until 2026-11-30 each of the ledger's
+# commits also carried an audit row, and a "design floor" mode wrote them by hand; since migration v4 a
+# routine effect has none.)
 _CLAIM_COLUMNS = (
     "tenant_id, intent_key, provider, operation, request_digest, status, version, provider_key, attempt_count, "
     "lease_owner, lease_expires_at, lease_token, summary, created_at, updated_at, updated_by, first_dispatched_at, "
-    "dispatched_at"
+    "dispatched_at, dispatched_by"
 )
 _DIGEST = "sha256:" + "0" * 64
 _LEASE_OWNER = "bench-host:1:0123abcd"
@@ -136,7 +137,7 @@ def _sqlite_pair(path: str) -> Iterator[Callable[[str], None]]:
     now, lease = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')", "strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+120 seconds')"
     claim = (
         f"INSERT INTO effect_intents ({_CLAIM_COLUMNS}) VALUES ('bench-raw', ?, 'bench', 'charge', ?, "
-        f"'in_flight', 1, ?, 1, ?, {lease}, ?, '{{}}', {now}, {now}, ?, {now}, {now})"
+        f"'in_flight', 1, ?, 1, ?, {lease}, ?, '{{}}', {now}, {now}, ?, {now}, {now}, ?)"
     )
     confirm = (
         f"UPDATE effect_intents SET status = 'confirmed', version = 2, updated_at = {now}, updated_by = ?, "
@@ -148,7 +149,7 @@ def _sqlite_pair(path: str) -> Iterator[Callable[[str], None]]:
 
     def one(key: str) -> None:
         conn.execute("BEGIN IMMEDIATE")  # as the store writes: a write transaction that takes the lock first
-        conn.execute(claim, (key, _DIGEST, key, _LEASE_OWNER, "0123abcd." + key[6:18], _LEASE_OWNER))
+        conn.execute(claim, (key, _DIGEST, key, _LEASE_OWNER, "0123abcd." + key[6:18], _LEASE_OWNER, _LEASE_OWNER))
         conn.execute("COMMIT")
         conn.execute("BEGIN IMMEDIATE")
         conn.execute(confirm, (_LEASE_OWNER, "res_" + key[6:18], "res_" + key[6:18], key))
@@ -169,7 +170,7 @@ def _postgres_pair(url: str) -> Iterator[Callable[[str], None]]:
     claim = sql.SQL(
         "INSERT INTO {} (" + _CLAIM_COLUMNS + ") VALUES ('bench-raw', %(key)s, 'bench', 'charge', %(digest)s, "
         "'in_flight', 1, %(key)s, 1, %(owner)s, now() + interval '120 seconds', %(token)s, '{{}}', now(), now(), "
-        "%(owner)s, now(), now())"
+        "%(owner)s, now(), now(), %(owner)s)"
     ).format(table)
     confirm = sql.SQL(
         "UPDATE {} SET status = 'confirmed', version = 2, updated_at = now(), updated_by = %(owner)s, "

@@ -140,6 +140,7 @@ def test_happy_path_then_answer_from_ledger(env: Env) -> None:
     # the happy path is told by the record itself; the trail is kept for what the record cannot tell
     stored = env.record()
     assert (stored.version, stored.updated_by, stored.attempt_count) == (2, env.ledger.worker_id, 1)
+    assert stored.dispatched_by == env.ledger.worker_id  # kept after the lease ends, unlike lease_owner
     assert stored.resolution is not None
     assert stored.resolution.method == "provider_response"
     assert stored.resolved_at == stored.updated_at

@@ -519,6 +519,7 @@ def test_a_claim_committed_unacknowledged_is_sent_by_the_next_call_not_stranded(
     trail = [a.to_status for a in proxied.store.audit_trail("default", KEY)]
     assert trail == [S.PREPARED, S.IN_FLIGHT]  # the unsent claim put back, then claimed again and answered
     assert receipt.record.version == 4
+    assert receipt.record.dispatched_by == proxied.worker_id
     assert len(keyless.fake.requests()) == 1
 
 

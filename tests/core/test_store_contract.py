@@ -164,6 +164,7 @@ def test_insert_get_roundtrip_keeps_every_field(store: Store) -> None:
         lease_expires_at=datetime(2024, 5, 1, 14, 0, 30, 5, tzinfo=plus_two),
         lease_token="3f2a9c1e.7",
         updated_by="worker-1",
+        dispatched_by="worker-0",
         provider_result_id="pi_123",
         response_digest="sha256:" + "1" * 64,
         last_error_class="Timeout",

@@ -376,6 +376,7 @@ class Ledger:
                 updated_by=self.worker_id,
                 first_dispatched_at=now if claimed else None,
                 dispatched_at=now if claimed else None,
+                dispatched_by=self.worker_id if claimed else None,
                 compensates=compensates,
             )
         except ValidationError as error:  # a wrong type from the caller (workflow_id=5): named, typed
@@ -505,6 +506,7 @@ class Ledger:
             "attempt_count": record.attempt_count + 1,
             "first_dispatched_at": record.first_dispatched_at or now,
             "dispatched_at": now,
+            "dispatched_by": self.worker_id,
         }
         try:
             return self._move(record, S.IN_FLIGHT, f"{reason} #{tag}", changes, now=now)
@@ -541,6 +543,7 @@ class Ledger:
                 "attempt_count": record.attempt_count - 1,
                 "first_dispatched_at": None,
                 "dispatched_at": None,
+                "dispatched_by": None,
             },
         )
 

@@ -246,18 +246,13 @@ _V3_POSTGRES = (
 
 # v4: the audit trail keeps what the record alone cannot tell. An intent's creation and its dispatcher's own
 # confirmed or rejected answer are no longer repeated there: the record says who wrote its latest version
-# (``updated_by``) and which claim holds its lease (``lease_token``, the proof UnsentClaims reads, which a
-# claim's audit row carried before). Both are NULL on records last written before v4, whose audit trail
-# names the writer. Adding a nullable column rewrites no rows on either database.
-_V4_SQLITE = (
-    "ALTER TABLE effect_intents ADD COLUMN lease_token TEXT",
-    "ALTER TABLE effect_intents ADD COLUMN updated_by TEXT",
-)
-
-_V4_POSTGRES = (
-    "ALTER TABLE {schema}.effect_intents ADD COLUMN lease_token text",
-    "ALTER TABLE {schema}.effect_intents ADD COLUMN updated_by text",
-)
+# (``updated_by``), which worker sent its latest attempt (``dispatched_by``, kept after the lease ends) and
+# which claim holds its lease (``lease_token``, the proof UnsentClaims reads, which a claim's audit row
+# carried before). They are NULL on records last written before v4, whose audit trail names the writer.
+# Adding a nullable column rewrites no rows on either database.
+_V4_COLUMNS = ("lease_token", "updated_by", "dispatched_by")
+_V4_SQLITE = tuple(f"ALTER TABLE effect_intents ADD COLUMN {column} TEXT" for column in _V4_COLUMNS)
+_V4_POSTGRES = tuple(f"ALTER TABLE {{schema}}.effect_intents ADD COLUMN {column} text" for column in _V4_COLUMNS)
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, _V1_SQLITE, _V1_POSTGRES),

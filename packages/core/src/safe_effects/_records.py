@@ -55,6 +55,7 @@ class EffectRecord(_Frozen):
     updated_by: str | None = None  # who wrote this version (the audit trail holds only exceptional writes)
     first_dispatched_at: datetime | None = None
     dispatched_at: datetime | None = None
+    dispatched_by: str | None = None  # the worker that sent the latest attempt; kept after its lease ends
     resolved_at: datetime | None = None
     resolution: Resolution | None = None
     compensates: IntentKey | None = None
