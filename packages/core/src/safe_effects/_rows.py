@@ -269,19 +269,19 @@ def plan_transition(
                 "updated_by": actor,
             }
         )
-        if not audited:
-            return new, ("status", "version", "updated_at", "updated_by", *changes), None
-        audit = AuditEntry(
-            tenant=record.tenant,
-            intent_key=record.intent_key,
-            at=now,
-            from_status=record.status,
-            to_status=to,
-            version=new.version,
-            actor=actor,
-            reason=reason,
-            detail=dict(detail or {}),
-        )
+        audit = None
+        if audited:
+            audit = AuditEntry(
+                tenant=record.tenant,
+                intent_key=record.intent_key,
+                at=now,
+                from_status=record.status,
+                to_status=to,
+                version=new.version,
+                actor=actor,
+                reason=reason,
+                detail=dict(detail or {}),
+            )
     except ValidationError as error:
         raise InvalidInput(f"transition of {record.intent_key!r}: {error}") from error
     return new, ("status", "version", "updated_at", "updated_by", *changes), audit
