@@ -199,6 +199,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "boundary_config",
         "classify",
         "client",
+        "event_verdict",
         "ingest_event",
         "intent_tag",
         "send_contract",

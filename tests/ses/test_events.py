@@ -46,15 +46,14 @@ def test_malformed_and_foreign_events_are_counted_skipped_and_deleted(
         sns_envelope(ses_event("Send", message_id="m-foreign")),  # another sender on the configuration set
         sns_envelope(ses_event("Send", message_id="m-other", tags=intent_tags("order-o_5f9-receipt-v1", "default"))),
         sns_envelope(ses_event("Send", message_id=message_id, tags={**tags, "safe-effects-tenant": "other"})),
-        sns_envelope(ses_event("Open", message_id=message_id, tags=tags)),  # informational
-        sns_envelope(ses_event("Bounce", message_id=message_id, tags=tags)),  # informational
+        sns_envelope(ses_event("Quarantine", message_id=message_id, tags=tags)),  # a type this release does not know
     ]
     for body in bodies:
         sqs.send_message(QueueUrl=queue_url, MessageBody=body)
     poller = ses_safe.SQSEventPoller(ledger, sqs, queue_url)
     poller.drain()
 
-    assert poller.counts == {"malformed": 5, "foreign": 1, "unmatched": 2, "recorded": 2}
+    assert poller.counts == {"malformed": 5, "foreign": 1, "unmatched": 2, "recorded": 1}
     assert "Messages" not in sqs.receive_message(QueueUrl=queue_url)
     record = ledger.get(KEY)
     assert record.status is EffectStatus.UNKNOWN  # nothing above may confirm it
@@ -79,6 +78,64 @@ def test_delivery_event_confirms_in_every_wrapping(
     record = ledger.get(KEY)
     assert record.status is EffectStatus.CONFIRMED
     assert record.provider_result_id == message_id
+
+
+@pytest.mark.parametrize("kind", ["Delivery", "DeliveryDelay", "Bounce", "Complaint", "Open", "Click", "Subscription"])
+def test_every_event_after_ses_tried_to_deliver_confirms(
+    kind: str, ledger: Ledger, moto: str, unknown_send: tuple[str, dict[str, str]]
+) -> None:
+    """A bounce, a delay, a complaint, an open: SES sent the message, whichever of them a set publishes."""
+    message_id, tags = unknown_send
+    result = ingest_event(ledger, sns_envelope(ses_event(kind, message_id=message_id, tags=tags)))
+    assert result.evidence is not None
+    assert result.evidence.verdict is EvidenceVerdict.CONFIRMS
+    record = ledger.get(KEY)
+    assert (record.status, record.provider_result_id) == (EffectStatus.CONFIRMED, message_id)
+    assert len(moto_sent_messages(moto)) == 1
+
+
+@pytest.mark.parametrize(
+    ("kind", "detail"),
+    [
+        ("Bounce", {"bounceType": "Permanent", "bounceSubType": "Suppressed", "bouncedRecipients": []}),
+        ("Bounce", {"bounceType": "Permanent", "bounceSubType": "OnAccountSuppressionList", "bouncedRecipients": []}),
+        ("Bounce", {"bounceType": "Permanent", "bounceSubType": "UnsubscribedRecipient", "bouncedRecipients": []}),
+        ("Complaint", {"complaintSubType": "OnAccountSuppressionList", "complainedRecipients": []}),
+    ],
+    ids=["suppressed", "account suppression list", "unsubscribed", "complaint on the account list"],
+)
+def test_ses_own_event_for_a_suppressed_address_is_an_acceptance_like_send(
+    kind: str,
+    detail: dict[str, Any],
+    ledger: Ledger,
+    sesv2: Any,
+    moto: str,
+    unknown_send: tuple[str, dict[str, str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SES answers for a suppressed address itself, without trying it: the call was taken, nothing more is
+    known yet, so the intent confirms only once the rejection window has passed with no Reject."""
+    message_id, tags = unknown_send
+    result = ingest_event(ledger, sns_envelope(ses_event(kind, message_id=message_id, tags=tags, detail=detail)))
+    assert result.evidence is not None
+    assert result.evidence.verdict is EvidenceVerdict.ACCEPTS
+    assert ledger.get(KEY).status is EffectStatus.UNKNOWN
+
+    window = sesv2.adapter.contract_for(ledger.get(KEY).operation).rejection_window
+    now = ledger.clock()
+    monkeypatch.setattr(ledger, "clock", lambda: now + window)
+    assert ledger.reconcile(sesv2.adapter, intent_key=KEY).status is EffectStatus.CONFIRMED
+    assert len(moto_sent_messages(moto)) == 1
+
+
+def test_a_bounce_subtype_of_another_shape_is_read_as_a_plain_bounce(
+    ledger: Ledger, unknown_send: tuple[str, dict[str, str]]
+) -> None:
+    message_id, tags = unknown_send
+    odd = {"bounceType": "Permanent", "bounceSubType": ["Suppressed"]}  # a list: SES sends a string
+    result = ingest_event(ledger, sns_envelope(ses_event("Bounce", message_id=message_id, tags=tags, detail=odd)))
+    assert result.outcome is IngestOutcome.RECORDED
+    assert ledger.get(KEY).status is EffectStatus.CONFIRMED
 
 
 def test_a_redelivered_notification_is_a_duplicate(ledger: Ledger, unknown_send: tuple[str, dict[str, str]]) -> None:

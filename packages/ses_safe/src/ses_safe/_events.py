@@ -14,12 +14,19 @@ from ._contract import PROVIDER
 from ._tags import INTENT_TAG, TENANT_TAG, first_tag, tenant_tag
 
 SOURCE = "ses_event"
+# SES delivered, or tried to: it had passed its own checks and sent the message (one recipient's event speaks
+# for the whole message, which a Reject would have stopped before any of them)
+WENT_OUT = ("Delivery", "DeliveryDelay", "Bounce", "Complaint", "Open", "Click", "Subscription")
 VERDICTS = {
     "Send": EvidenceVerdict.ACCEPTS,  # accepted; a Reject (virus found) may still follow: see rejection_window
-    "Delivery": EvidenceVerdict.CONFIRMS,
+    **dict.fromkeys(WENT_OUT, EvidenceVerdict.CONFIRMS),
     "Reject": EvidenceVerdict.REJECTS,
     "Rendering Failure": EvidenceVerdict.REJECTS,
 }
+# subtypes of a Bounce or Complaint SES makes itself for an address it will not send to (suppressed, or
+# unsubscribed through SES list management): it took the call and tried no delivery
+SUPPRESSED = frozenset({"Suppressed", "OnAccountSuppressionList", "UnsubscribedRecipient"})
+_SUBTYPE = {"Bounce": ("bounce", "bounceSubType"), "Complaint": ("complaint", "complaintSubType")}
 _MAX_PAYLOAD = 256 * 1024  # SNS and SQS cap a message at 256 KiB; anything larger is not an SES event
 
 
@@ -84,6 +91,18 @@ def _event_type(event: Mapping[str, Any]) -> str:
     return kind
 
 
+def event_verdict(kind: str, event: Mapping[str, Any]) -> EvidenceVerdict:
+    """What an event says about the send. SES's own bounce or complaint for a suppressed address reads like
+    ``Send`` (which SES still counts for it): the call was taken, not that the message passed SES's checks."""
+    if kind in _SUBTYPE:
+        field, name = _SUBTYPE[kind]
+        detail = event.get(field)
+        subtype = detail.get(name) if isinstance(detail, Mapping) else None
+        if isinstance(subtype, str) and subtype in SUPPRESSED:
+            return EvidenceVerdict.ACCEPTS
+    return VERDICTS.get(kind, EvidenceVerdict.INFORMATIONAL)
+
+
 def ingest_event(ledger: Ledger, payload: str | bytes | Mapping[str, Any]) -> IngestResult:
     """Record one SES event as evidence for the intent named by its tags; anything odd is skipped, never raised."""
     try:
@@ -109,7 +128,7 @@ def ingest_event(ledger: Ledger, payload: str | bytes | Mapping[str, Any]) -> In
         source=SOURCE,
         event_id=event_id,
         kind=kind,
-        verdict=VERDICTS.get(kind, EvidenceVerdict.INFORMATIONAL),
+        verdict=event_verdict(kind, event),
         provider_result_id=mail["messageId"],
         received_at=ledger.clock(),
         detail={"mail_timestamp": str(mail.get("timestamp", ""))},

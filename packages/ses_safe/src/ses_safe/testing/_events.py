@@ -17,8 +17,10 @@ def ses_event(
     message_id: str,
     tags: Mapping[str, str] | None = None,
     configuration_set: str = "safe-effects",
+    detail: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A minimal SES event-publishing record: ``eventType`` plus the ``mail`` object with its tags."""
+    """A minimal SES event-publishing record: ``eventType``, the ``mail`` object with its tags, and the
+    event type's own object (``bounce``, ``reject`` ...), ``detail`` when given."""
     all_tags = {"ses:configuration-set": [configuration_set], **{k: [v] for k, v in (tags or {}).items()}}
     event: dict[str, Any] = {
         "eventType": event_type,
@@ -31,7 +33,8 @@ def ses_event(
         },
     }
     detail_key = {"Rendering Failure": "failure"}.get(event_type, event_type[:1].lower() + event_type[1:])
-    event[detail_key] = {"reason": "Bad content"} if event_type == "Reject" else {}
+    default = {"reason": "Bad content"} if event_type == "Reject" else {}
+    event[detail_key] = dict(detail) if detail is not None else default
     return event
 
 
