@@ -356,6 +356,36 @@ def test_retry_waits_honour_retry_after_back_off_and_respect_both_bounds(store_u
     assert waits == [0.25, 0.01, 0.75]
 
 
+@pytest.mark.parametrize(
+    ("lease_seconds", "expected_waits"),
+    [(1.0, [0.4, 0.4]), (0.3, [])],  # a third wait would end at 1.2 s; a first one at 0.4 s, past a 0.3 s lease
+    ids=["lapses after two retries", "lapses before the first"],
+)
+def test_no_retry_starts_after_the_claims_lease_lapses(
+    store_url: str, tmp_path: Path, lease_seconds: float, expected_waits: list[float]
+) -> None:
+    """Past its lease another worker may have taken the intent over (and, where a lookup proves absence,
+    sent it): the retries stop inside the lease, whatever the retry policy still allows."""
+    env = make_env(store_url, tmp_path)
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:  # time passes on the ledger's clock while it waits
+        waits.append(seconds)
+        env.clock.advance(timedelta(seconds=seconds))
+
+    lease = LeasePolicy(duration=timedelta(seconds=lease_seconds))
+    policy = RetryPolicy(max_attempts=10, initial_wait=0.4, max_wait=0.4)  # ten attempts, 4 s in all
+    ledger = Ledger(env.ledger.store, clock=env.clock, lease=lease, retry=policy, sleep=sleep)
+    env.fake.fail_next(*[FakeFailure.REFUSED] * 10)
+
+    with pytest.raises(EffectDeferred, match="lease"):
+        ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+
+    assert waits == expected_waits
+    assert len(env.fake.requests()) == len(expected_waits) + 1
+    assert (env.record().status, env.fake.effects()) == (EffectStatus.PREPARED, [])
+
+
 def test_a_retry_after_longer_than_max_wait_defers_instead_of_retrying_early(store_url: str, tmp_path: Path) -> None:
     env = make_env(store_url, tmp_path)
     waits: list[float] = []

@@ -585,7 +585,13 @@ class Ledger:
             # an adapter's own refusal proves nothing was sent only if nothing of this intent was sent before
             first = method == "provider_response" and record.attempt_count == 1
             response = send_with_retries(
-                adapter, request, record.provider_key, first=first, policy=self.retry, sleep=self._sleep
+                adapter,
+                request,
+                record.provider_key,
+                first=first,
+                policy=self.retry,
+                sleep=self._sleep,
+                lease_left=lambda: self._lease_left(record),
             )
         except Retryable as exhausted:
             # a deferred replay goes back to unknown: an earlier attempt may have acted
@@ -594,9 +600,10 @@ class Ledger:
             hint = exhausted.verdict.retry_after
             when = "later" if hint is None else f"in {hint:g} s (the provider's Retry-After)"
             raise EffectDeferred(
-                f"intent {record.intent_key!r}: {exhausted.verdict.error_class}, and the retry policy allows no "
-                f"further attempt in this call (at most {self.retry.max_attempts} attempts, {self.retry.max_wait:g} s "
-                f"apart); the intent is {back_to} again, try again {when}",
+                f"intent {record.intent_key!r}: {exhausted.verdict.error_class}, and neither the retry policy (at "
+                f"most {self.retry.max_attempts} attempts within {self.retry.max_total_seconds:g} s, "
+                f"{self.retry.max_wait:g} s apart) nor the claim's lease (until {record.lease_expires_at}) allows "
+                f"a further attempt in this call; the intent is {back_to} again, try again {when}",
                 intent_key=record.intent_key,
                 retry_after=exhausted.verdict.retry_after,
                 provider_error=exhausted.error,
@@ -633,6 +640,11 @@ class Ledger:
             before_commit=self._receipt_crash_hook(),
         )
         return Receipt(record=confirmed, response=response)
+
+    def _lease_left(self, record: EffectRecord) -> float:
+        """Seconds until ``record``'s lease lapses by this ledger's clock; none left without a lease."""
+        ends = record.lease_expires_at
+        return 0.0 if ends is None else (ends - self.clock()).total_seconds()
 
     def _receipt_crash_hook(self) -> Callable[[], None] | None:
         """Only a planned crash needs a hook inside the confirm transaction; without one it is one statement."""

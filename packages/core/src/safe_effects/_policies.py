@@ -50,7 +50,8 @@ class RetryPolicy:
 
 @dataclass(frozen=True, slots=True)
 class LeasePolicy:
-    """A claim's lease must outlast the provider call (timeouts x attempts); a stale lease means worker lost."""
+    """A claim's lease must outlast one provider call (its timeouts); a stale lease means worker lost. Retries
+    of refusals stop when it lapses, so a lease shorter than the retry policy's window defers the call sooner."""
 
     duration: timedelta = timedelta(seconds=120)
     wait_for_other: timedelta = timedelta(seconds=15)  # bound on waiting for a concurrent holder

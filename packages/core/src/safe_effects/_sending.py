@@ -57,8 +57,14 @@ def send_with_retries(
     first: bool,
     policy: RetryPolicy,
     sleep: Callable[[float], None],
+    lease_left: Callable[[], float],
 ) -> R:
-    """The adapter's response to ``request`` sent under ``provider_key``, every attempt with that same key."""
+    """The adapter's response to ``request`` sent under ``provider_key``, every attempt with that same key.
+
+    ``lease_left`` says how many seconds remain of the claim this send runs under: no retry starts after it
+    lapses, since another worker may by then have taken the intent over (and, where a lookup proves absence,
+    sent it itself).
+    """
 
     def attempt() -> R:
         try:
@@ -73,30 +79,39 @@ def send_with_retries(
     try:
         return attempt()  # almost every call ends here: retry machinery is only built after a refusal
     except Retryable as refused:
-        return _retry(attempt, refused, started, policy, sleep)
+        return _retry(attempt, refused, started=started, policy=policy, sleep=sleep, lease_left=lease_left)
 
 
 def _retry(
-    attempt: Callable[[], R], refused: Retryable, started: float, policy: RetryPolicy, sleep: Callable[[float], None]
+    attempt: Callable[[], R],
+    refused: Retryable,
+    *,
+    started: float,
+    policy: RetryPolicy,
+    sleep: Callable[[float], None],
+    lease_left: Callable[[], float],
 ) -> R:
-    """Attempts 2..max_attempts through tenacity, all of them within max_total_seconds of the first.
+    """Attempts 2..max_attempts through tenacity, all of them within max_total_seconds of the first and
+    inside the claim's lease.
 
     A Retry-After hint longer than ``max_wait`` ends the retries: the caller gets ``EffectDeferred``
     carrying the hint rather than a call that stalls, or an attempt sooner than the provider asked.
     """
     too_long = _RetryAfterTooLong(policy.max_wait)
+    lease_ends = _LeaseEnds(lease_left)
     first_wait = _wait(policy, refused, 1)
     if (
         policy.max_attempts <= 1
         or time.monotonic() - started + first_wait > policy.max_total_seconds
         or too_long.exceeded_by(refused)
+        or lease_ends.before(first_wait)
     ):
         raise refused
     sleep(first_wait)
     remaining = max(0.0, policy.max_total_seconds - (time.monotonic() - started))
     retrying = Retrying(
         # stop_before_delay counts the coming wait: no attempt starts past max_total_seconds
-        stop=stop_after_attempt(policy.max_attempts - 1) | stop_before_delay(remaining) | too_long,
+        stop=stop_after_attempt(policy.max_attempts - 1) | stop_before_delay(remaining) | too_long | lease_ends,
         wait=lambda state: _wait(
             policy, state.outcome.exception() if state.outcome is not None else None, state.attempt_number + 1
         ),
@@ -134,3 +149,16 @@ class _RetryAfterTooLong(stop_base):
     def __call__(self, retry_state: RetryCallState) -> bool:
         outcome = retry_state.outcome
         return self.exceeded_by(outcome.exception() if outcome is not None else None)
+
+
+class _LeaseEnds(stop_base):
+    """Stop retrying when the next attempt would start after the claim's lease lapses."""
+
+    def __init__(self, lease_left: Callable[[], float]) -> None:
+        self.lease_left = lease_left
+
+    def before(self, wait: float) -> bool:
+        return self.lease_left() <= wait
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        return self.before(retry_state.upcoming_sleep)
