@@ -128,6 +128,19 @@ def test_ses_own_event_for_a_suppressed_address_is_an_acceptance_like_send(
     assert len(moto_sent_messages(moto)) == 1
 
 
+def test_event_verdict_reads_one_unwrapped_event() -> None:
+    bounce = ses_event("Bounce", message_id="m-1")
+    suppressed = ses_event("Bounce", message_id="m-1", detail={"bounceSubType": "OnAccountSuppressionList"})
+    identity_notification = {**ses_event("Delivery", message_id="m-1"), "notificationType": "Delivery"}
+    del identity_notification["eventType"]
+    assert ses_safe.event_verdict(bounce) is EvidenceVerdict.CONFIRMS
+    assert ses_safe.event_verdict(suppressed) is EvidenceVerdict.ACCEPTS
+    assert ses_safe.event_verdict(ses_event("Send", message_id="m-1")) is EvidenceVerdict.ACCEPTS
+    assert ses_safe.event_verdict(ses_event("Reject", message_id="m-1")) is EvidenceVerdict.REJECTS
+    assert ses_safe.event_verdict(identity_notification) is EvidenceVerdict.CONFIRMS
+    assert ses_safe.event_verdict({"mail": {"messageId": "m-1"}}) is EvidenceVerdict.INFORMATIONAL  # no type
+
+
 def test_a_bounce_subtype_of_another_shape_is_read_as_a_plain_bounce(
     ledger: Ledger, unknown_send: tuple[str, dict[str, str]]
 ) -> None:

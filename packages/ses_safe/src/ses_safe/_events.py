@@ -84,23 +84,31 @@ def unwrap(payload: str | bytes | Mapping[str, Any]) -> tuple[Mapping[str, Any],
     return outer, bytes_digest(canonical)
 
 
-def _event_type(event: Mapping[str, Any]) -> str:
+def _type_of(event: Mapping[str, Any]) -> str | None:
+    """``eventType`` (event publishing), else ``notificationType`` (an identity's notifications)."""
     kind = event.get("eventType", event.get("notificationType"))
-    if not isinstance(kind, str) or not kind:
+    return kind if isinstance(kind, str) and kind else None
+
+
+def _event_type(event: Mapping[str, Any]) -> str:
+    kind = _type_of(event)
+    if kind is None:
         raise _Malformed("no eventType")
     return kind
 
 
-def event_verdict(kind: str, event: Mapping[str, Any]) -> EvidenceVerdict:
-    """What an event says about the send. SES's own bounce or complaint for a suppressed address reads like
-    ``Send`` (which SES still counts for it): the call was taken, not that the message passed SES's checks."""
+def event_verdict(event: Mapping[str, Any]) -> EvidenceVerdict:
+    """What one SES event (unwrapped, see :func:`unwrap`) says about the send. SES's own bounce or complaint
+    for a suppressed address reads like ``Send`` (which SES still counts for it): the call was taken, not that
+    the message passed SES's checks. An event without a type says nothing."""
+    kind = _type_of(event)
     if kind in _SUBTYPE:
         field, name = _SUBTYPE[kind]
         detail = event.get(field)
         subtype = detail.get(name) if isinstance(detail, Mapping) else None
         if isinstance(subtype, str) and subtype in SUPPRESSED:
             return EvidenceVerdict.ACCEPTS
-    return VERDICTS.get(kind, EvidenceVerdict.INFORMATIONAL)
+    return EvidenceVerdict.INFORMATIONAL if kind is None else VERDICTS.get(kind, EvidenceVerdict.INFORMATIONAL)
 
 
 def ingest_event(ledger: Ledger, payload: str | bytes | Mapping[str, Any]) -> IngestResult:
@@ -128,7 +136,7 @@ def ingest_event(ledger: Ledger, payload: str | bytes | Mapping[str, Any]) -> In
         source=SOURCE,
         event_id=event_id,
         kind=kind,
-        verdict=event_verdict(kind, event),
+        verdict=event_verdict(event),
         provider_result_id=mail["messageId"],
         received_at=ledger.clock(),
         detail={"mail_timestamp": str(mail.get("timestamp", ""))},
