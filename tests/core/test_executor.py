@@ -386,6 +386,35 @@ def test_no_retry_starts_after_the_claims_lease_lapses(
     assert (env.record().status, env.fake.effects()) == (EffectStatus.PREPARED, [])
 
 
+def test_retries_past_the_lease_would_send_twice_where_a_lookup_proves_absence(store_url: str, tmp_path: Path) -> None:
+    """The race the lease bound on retries closes: a provider without keys whose lookup proves absence. A
+    worker whose retries outlast its lease is taken over by another, which proves the effect absent and sends
+    it; a retry of the first worker after that would be a second effect."""
+    env = make_env(store_url, tmp_path, dedupe=False, proves_absence=True)
+    other = env.other_ledger()
+    lease_ends = env.clock() + timedelta(seconds=1)
+    took_over: list[object] = []
+
+    def sleep(seconds: float) -> None:  # while the first worker waits, another arrives once its lease lapsed
+        env.clock.advance(timedelta(seconds=seconds))
+        if env.clock() >= lease_ends and not took_over:
+            took_over.append(other.execute(env.adapter, CHARGE, intent_key=KEY))
+
+    lease = LeasePolicy(duration=timedelta(seconds=1))
+    policy = RetryPolicy(max_attempts=10, initial_wait=0.4, max_wait=0.4)
+    first = Ledger(env.ledger.store, clock=env.clock, lease=lease, retry=policy, sleep=sleep)
+    env.fake.fail_next(*[FakeFailure.REFUSED] * 3)  # the first worker's attempts at 0, 0.4 and 0.8 s
+
+    with pytest.raises(EffectDeferred):
+        first.execute(env.adapter, CHARGE, intent_key=KEY)
+    assert (env.record().status, took_over) == (EffectStatus.PREPARED, [])  # it stopped inside its lease
+    receipt = other.execute(env.adapter, CHARGE, intent_key=KEY)
+
+    assert receipt.record.status is EffectStatus.CONFIRMED
+    assert len(env.fake.effects()) == 1
+    assert [outcome for _, outcome in env.fake.requests()] == ["refused", "refused", "refused", "ok"]
+
+
 def test_a_retry_after_longer_than_max_wait_defers_instead_of_retrying_early(store_url: str, tmp_path: Path) -> None:
     env = make_env(store_url, tmp_path)
     waits: list[float] = []
