@@ -88,6 +88,8 @@ def test_sqlite_v2_ledger_upgrades_keeping_its_audit_trail(tmp_path: Path) -> No
         moved = store.get("default", "invoice:inv_2:collect:v1")
         assert moved is not None
         assert (moved.updated_by, moved.lease_token) == (None, None)  # v4's columns: unknown for older writes
+        store.save_reconciler_cursor("cron", (T0, "default", "invoice:inv_2:collect:v1"))  # v5's table
+        assert store.reconciler_cursor("cron") == (T0, "default", "invoice:inv_2:collect:v1")
         assert store.transition(moved, S.UNKNOWN, now=T0, actor="new-release").updated_by == "new-release"
         new, _ = store.insert_if_absent(record("invoice:inv_new:collect:v1"))
         store.transition(new, S.UNKNOWN, now=T0, actor="new-release")
@@ -174,6 +176,8 @@ def test_postgres_v2_ledger_upgrades_to_one_audit_key(pg_url: str) -> None:
                 written, _ = store.insert_if_absent(record("invoice:inv_1:collect:v1"))
                 store.transition(written, S.IN_FLIGHT, now=T0, actor="new-release")
                 assert len(store.audit_trail("default", "invoice:inv_1:collect:v1")) == 3
+                store.save_reconciler_cursor("cron", (T0, "default", "invoice:inv_1:collect:v1"))  # v5's table
+                assert store.reconciler_cursor("cron") == (T0, "default", "invoice:inv_1:collect:v1")
             finally:
                 store.close()
         finally:

@@ -798,6 +798,46 @@ def test_purge_deletes_by_primary_key(store: Store) -> None:
 # --- store URLs ---
 
 
+def test_a_reconciler_cursor_is_kept_per_name_and_forgotten_on_none(store: Store) -> None:
+    assert store.reconciler_cursor("cron") is None
+    position = (T0, "acme", KEY)
+    store.save_reconciler_cursor("cron", position)
+    store.save_reconciler_cursor("other", (T0 + timedelta(hours=1), "default", "invoice:inv_9:collect:v1"))
+    assert store.reconciler_cursor("cron") == position  # microseconds and zone survive the round trip
+    later = (T0 + timedelta(microseconds=1), "default", "invoice:inv_2:collect:v1")
+    store.save_reconciler_cursor("cron", later)
+    assert store.reconciler_cursor("cron") == later
+    store.save_reconciler_cursor("cron", None)
+    assert store.reconciler_cursor("cron") is None
+    assert store.reconciler_cursor("other") == (T0 + timedelta(hours=1), "default", "invoice:inv_9:collect:v1")
+
+
+@pytest.mark.parametrize(
+    ("name", "position", "problem"),
+    [
+        ("", (T0, "default", KEY), "cursor name"),
+        ("x" * 201, (T0, "default", KEY), "cursor name"),
+        ("cron\x00", (T0, "default", KEY), "cursor name"),
+        (7, (T0, "default", KEY), "cursor name"),
+        ("cron", (T0.replace(tzinfo=None), "default", KEY), "timezone-aware"),
+        ("cron", (T0, "no tenant!", KEY), "tenant"),
+        ("cron", (T0, "default", 42), "intent key"),
+    ],
+    ids=["empty name", "long name", "nul in name", "not a str", "naive time", "bad tenant", "key not a str"],
+)
+def test_a_bad_cursor_is_refused_and_changes_nothing(
+    store: Store, name: Any, position: tuple[Any, ...], problem: str
+) -> None:
+    kept = (T0, "default", KEY)
+    store.save_reconciler_cursor("cron", kept)
+    with pytest.raises((InvalidInput, InvalidTenant), match=problem):
+        store.save_reconciler_cursor(name, position)  # type: ignore[arg-type]
+    assert store.reconciler_cursor("cron") == kept
+    if problem == "cursor name":
+        with pytest.raises(InvalidInput, match=problem):
+            store.reconciler_cursor(name)
+
+
 def test_open_store_rejects_unknown_schemes() -> None:
     with pytest.raises(InvalidInput, match="'mysql'"):
         open_store("mysql://user:secret@host/db")

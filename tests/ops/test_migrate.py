@@ -38,18 +38,18 @@ def test_an_unmigrated_store_is_refused_until_migrate_runs_once(fresh_store_url:
     try:
         pending = store.pending_migrations()
         if url.startswith("sqlite"):  # an existing file without tables: the same refusal as a stale schema
-            assert pending == [1, 2, 3, 4]
+            assert pending == [1, 2, 3, 4, 5]
     finally:
         store.close()
     refused = run(url, "list")
     assert refused.exit_code == 1
-    assert "lacks schema migration(s) 1, 2, 3, 4: run `safe-effects migrate` first" in refused.stderr
+    assert "lacks schema migration(s) 1, 2, 3, 4, 5: run `safe-effects migrate` first" in refused.stderr
 
     first = run(url, "migrate", "--json")
     again = run(url, "migrate")
     listed = run(url, "list", "--json")
 
-    assert json.loads(first.stdout)["applied"] == [1, 2, 3, 4]
+    assert json.loads(first.stdout)["applied"] == [1, 2, 3, 4, 5]
     assert "the schema is up to date" in again.stdout
     assert (listed.exit_code, json.loads(listed.stdout)) == (0, [])
 
@@ -67,7 +67,7 @@ def test_a_password_in_the_store_url_is_never_printed(pg_url: str) -> None:
         migrated = run(url, "migrate", "--json")
         assert refused.exit_code == 1
         assert "lacks schema migration(s)" in refused.stderr
-        assert json.loads(migrated.stdout)["applied"] == [1, 2, 3, 4]
+        assert json.loads(migrated.stdout)["applied"] == [1, 2, 3, 4, 5]
         for output in (refused.stdout, refused.stderr, migrated.stdout, migrated.stderr):
             assert "S3cret-pw" not in output
         assert ":***@" in refused.stderr

@@ -66,6 +66,43 @@ def test_inconclusive_records_do_not_starve_newer_unknowns(ops: Ops) -> None:
     assert [i.intent_key for i in fresh.items] == [stuck[0]]
 
 
+def test_a_named_cursor_carries_the_round_robin_to_a_new_reconciler(ops: Ops) -> None:
+    """A scheduler that builds a new Reconciler every run (cron) goes round robin through the ledger."""
+    stuck = [ops.unknown(f"invoice:stuck{n}:collect:v1", happened=False).intent_key for n in range(2)]
+    found = ops.unknown("invoice:found:collect:v1").intent_key
+
+    def run() -> list[tuple[str, str]]:
+        reconciler = Reconciler(ops.ledger, {"fake": ops.adapter}, cursor_name="cron")
+        return [(i.intent_key, i.outcome) for i in reconciler.run_once(limit=2).items]
+
+    assert [run() for _ in range(3)] == [
+        [(stuck[0], "unknown"), (stuck[1], "unknown")],
+        [(found, "confirmed"), (stuck[0], "unknown")],
+        [(stuck[1], "unknown"), (stuck[0], "unknown")],
+    ]
+    assert ops.ledger.store.reconciler_cursor("cron") is not None
+    assert ops.ledger.get(found).status == "confirmed"
+    assert len(ops.fake.effects()) == 1  # found's own charge: nothing was redispatched
+    unnamed = Reconciler(ops.ledger, {"fake": ops.adapter}).run_once(limit=1)  # its own, in-memory cursor
+    assert [i.intent_key for i in unnamed.items] == [stuck[0]]
+
+
+def test_cli_one_shot_runs_reach_newer_unknowns_behind_inconclusive_ones(ops: Ops) -> None:
+    for n in range(2):
+        ops.unknown(f"invoice:stuck{n}:collect:v1", happened=False)
+    found = ops.unknown("invoice:found:collect:v1").intent_key
+    first = ops.cli_json("reconcile", "--limit", "2", "--adapters", ADAPTERS)
+    assert first["counts"] == {"unknown": 2}
+    assert ops.ledger.get(found).status == "unknown"
+    second = ops.cli_json("reconcile", "--limit", "2", "--adapters", ADAPTERS)  # a new process, as cron runs it
+    assert second["counts"] == {"confirmed": 1, "unknown": 1}
+    assert ops.ledger.get(found).status == "confirmed"
+    assert ops.ledger.store.reconciler_cursor("reconcile:fake") is not None  # one cursor per set of providers
+    again = ops.cli_json("reconcile", "--limit", "2", "--adapters", ADAPTERS, "--cursor", "")
+    assert [item["intent_key"] for item in again["items"]] == ["invoice:stuck0:collect:v1", "invoice:stuck1:collect:v1"]
+    assert len(ops.fake.effects()) == 1
+
+
 def test_cli_reconcile_loop_reaches_newer_unknowns_behind_inconclusive_ones(
     ops: Ops, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -254,9 +254,31 @@ _V4_COLUMNS = ("lease_token", "updated_by", "dispatched_by")
 _V4_SQLITE = tuple(f"ALTER TABLE effect_intents ADD COLUMN {column} TEXT" for column in _V4_COLUMNS)
 _V4_POSTGRES = tuple(f"ALTER TABLE {{schema}}.effect_intents ADD COLUMN {column} text" for column in _V4_COLUMNS)
 
+# v5: where a named reconciler's last sweep stopped, so that a reconciler run by cron (a new process every
+# time) continues round robin instead of starting again from the oldest unknowns, which an inconclusive
+# lookup leaves in place: a backlog of them larger than one sweep would otherwise hide every newer one.
+# One row per name, written once per sweep; a new table, so no existing row is touched.
+_V5_SQLITE = (
+    """CREATE TABLE reconciler_cursors (
+        name TEXT PRIMARY KEY,
+        updated_at TEXT NOT NULL,
+        tenant_id TEXT NOT NULL,
+        intent_key TEXT NOT NULL
+    )""",
+)
+_V5_POSTGRES = (
+    """CREATE TABLE {schema}.reconciler_cursors (
+        name text PRIMARY KEY,
+        updated_at timestamptz NOT NULL,
+        tenant_id text NOT NULL,
+        intent_key text NOT NULL
+    )""",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, _V1_SQLITE, _V1_POSTGRES),
     Migration(2, _V2_SQLITE, _V2_POSTGRES),
     Migration(3, _V3_SQLITE, _V3_POSTGRES),
     Migration(4, _V4_SQLITE, _V4_POSTGRES),
+    Migration(5, _V5_SQLITE, _V5_POSTGRES),
 )

@@ -26,6 +26,8 @@ from ._rows import (
     RECORD_FIELDS,
     Codec,
     RowEncoder,
+    check_cursor_name,
+    cursor_values,
     from_row,
     json_text,
     list_statement,
@@ -351,6 +353,18 @@ class PostgresStore:
         self._oldest = _render(
             sql.SQL("SELECT provider, min(updated_at) FROM {} WHERE status = %s GROUP BY provider").format(intents)
         )
+        cursors = sql.Identifier(self.schema, "reconciler_cursors")
+        self._cursor = _render(
+            sql.SQL("SELECT updated_at, tenant_id, intent_key FROM {} WHERE name = %s").format(cursors)
+        )
+        self._save_cursor = _render(
+            sql.SQL(
+                "INSERT INTO {} (name, updated_at, tenant_id, intent_key) VALUES (%s, %s, %s, %s) ON CONFLICT (name) "
+                "DO UPDATE SET updated_at = excluded.updated_at, tenant_id = excluded.tenant_id, "
+                "intent_key = excluded.intent_key"
+            ).format(cursors)
+        )
+        self._forget_cursor = _render(sql.SQL("DELETE FROM {} WHERE name = %s").format(cursors))
         self._purge_keys = _render(
             sql.SQL(
                 "DELETE FROM {0} WHERE status = ANY(%(s)s) AND updated_at < %(cutoff)s AND (tenant_id, intent_key) IN "
@@ -570,6 +584,20 @@ class PostgresStore:
         with self._checkout() as conn:
             rows = conn.execute(self._oldest, (EffectStatus(status).value,)).fetchall()
         return {provider: oldest.astimezone(UTC) for provider, oldest in rows}
+
+    def reconciler_cursor(self, name: str) -> tuple[datetime, str, str] | None:
+        with self._checkout() as conn:
+            row = conn.execute(self._cursor, (check_cursor_name(name),)).fetchone()
+        return None if row is None else (row[0].astimezone(UTC), row[1], row[2])
+
+    def save_reconciler_cursor(self, name: str, position: tuple[datetime, str, str] | None) -> None:
+        name = check_cursor_name(name)
+        values = None if position is None else cursor_values(position, self._codec)
+        with self._checkout() as conn:
+            if values is None:
+                conn.execute(self._forget_cursor, (name,))
+            else:
+                conn.execute(self._save_cursor, (name, *values))
 
     def purge(
         self,

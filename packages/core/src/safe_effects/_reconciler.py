@@ -67,10 +67,12 @@ class Reconciler:
     previous sweep of this object looked at, and wraps around to the oldest at the end. Every candidate is
     looked at once per round, new ones after the current round's.
 
-    The cursor lives in this object, not in the store: nothing is written for an inconclusive attempt (no
-    schema change, no write load, and two reconcilers do not share or fight over it). A long-running
-    process (``safe-effects reconcile --loop``, or a scheduler that keeps one Reconciler) gets the round
-    robin; a fresh Reconciler, like a one-shot ``safe-effects reconcile``, starts from the oldest again.
+    The cursor lives in this object, and with ``cursor_name`` also in the store, saved once per sweep (an
+    inconclusive attempt still writes nothing to its record). Without a name a fresh Reconciler starts from
+    the oldest again, which suits a long-running process that keeps one (``safe-effects reconcile --loop``);
+    a scheduler that builds a new one per run (cron, ``safe-effects reconcile``) names its cursor to carry
+    the round robin from run to run. Reconcilers sharing a name share the position: each sweep continues
+    from wherever the last one, of any of them, stopped.
     """
 
     ledger: Ledger
@@ -78,22 +80,31 @@ class Reconciler:
     max_wait: float = 1.0  # sleep up to this for a provider's next token, else defer its records to the next run
     monotonic: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
+    cursor_name: str | None = None  # keep the cursor in the store under this name, for the next run
     _buckets: dict[str, TokenBucket] = field(default_factory=dict, init=False)
     _cursor: Position | None = field(default=None, init=False)  # the last record the previous sweep looked at
 
     def candidates(self, limit: int) -> list[EffectRecord]:
         """Up to ``limit`` unknown records and in-flight ones whose lease expired, least recently updated first,
         starting after the previous sweep's last one and wrapping around to the oldest (see the class)."""
+        store = self.ledger.store
+        start = self._cursor if self.cursor_name is None else store.reconciler_cursor(self.cursor_name)
+        chosen, self._cursor = self._walk(start, limit)
+        if self.cursor_name is not None:
+            store.save_reconciler_cursor(self.cursor_name, self._cursor)
+        return chosen
+
+    def _walk(self, start: Position | None, limit: int) -> tuple[list[EffectRecord], Position | None]:
+        """The candidates after ``start`` (wrapping around once), and the position the next sweep starts after."""
         store, now = self.ledger.store, self.ledger.clock()
         chosen: list[EffectRecord] = []
         seen: set[tuple[str, str]] = set()
-        cursor, wrapped = self._cursor, self._cursor is None
+        cursor, wrapped = start, start is None
         while len(chosen) < limit:
             page = store.list_by_status([S.UNKNOWN, S.IN_FLIGHT], limit=limit, after=cursor)
             for record in page:
                 if (record.tenant, record.intent_key) in seen:  # all the way round: every candidate is in
-                    self._cursor = cursor
-                    return chosen
+                    return chosen, cursor
                 seen.add((record.tenant, record.intent_key))
                 cursor = (record.updated_at, record.tenant, record.intent_key)
                 if record.status is S.UNKNOWN or record.lease_expired(now):  # a live in-flight one is working
@@ -102,11 +113,9 @@ class Reconciler:
                         break
             if len(chosen) < limit and len(page) < limit:  # the end of the list
                 if wrapped:
-                    cursor = None
-                    break
+                    return chosen, None
                 cursor, wrapped = None, True
-        self._cursor = cursor
-        return chosen
+        return chosen, cursor
 
     def run_once(self, *, limit: int = 100) -> ReconcileReport:
         """One sweep over at most ``limit`` records; inconclusive ones stay unknown for the next run or a person."""

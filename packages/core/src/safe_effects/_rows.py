@@ -18,6 +18,7 @@ from ._keys import IntentKey
 from ._records import AuditEntry, EffectRecord
 from ._states import EffectStatus, check_transition
 from ._tenants import check_tenant
+from ._text import check_storable
 
 if TYPE_CHECKING:
     from ._store import Store
@@ -285,6 +286,24 @@ def plan_transition(
     except ValidationError as error:
         raise InvalidInput(f"transition of {record.intent_key!r}: {error}") from error
     return new, ("status", "version", "updated_at", "updated_by", *changes), audit
+
+
+MAX_CURSOR_NAME = 200  # characters; a name says which reconciler, it is not data
+
+
+def check_cursor_name(name: object) -> str:
+    """A reconciler cursor's name, checked the same way by both stores before any read or write."""
+    if not isinstance(name, str) or not name.strip() or len(name) > MAX_CURSOR_NAME:
+        raise InvalidInput(f"a reconciler cursor name must be a non-empty str of at most {MAX_CURSOR_NAME} characters")
+    return check_storable(name, "the reconciler cursor name")
+
+
+def cursor_values(position: tuple[datetime, str, str], codec: Codec) -> tuple[Any, str, str]:
+    """A list position (updated_at, tenant, intent key) as bind values, checked like a record's."""
+    at, tenant, intent_key = position
+    if not isinstance(intent_key, str):
+        raise InvalidInput(f"a cursor position's intent key must be a str, got {type(intent_key).__name__}")
+    return codec.time_out(utc(at, "the cursor position's updated_at")), check_tenant(tenant), intent_key
 
 
 def stale(record: EffectRecord, found: EffectRecord | None) -> StaleRecord:

@@ -22,6 +22,8 @@ from ._rows import (
     RECORD_COLUMNS,
     Codec,
     RowEncoder,
+    check_cursor_name,
+    cursor_values,
     from_row,
     json_text,
     list_statement,
@@ -415,6 +417,31 @@ class SQLiteStore:
             (EffectStatus(status).value,),
         )
         return {provider: _CODEC.time_in(oldest) for provider, oldest in rows}
+
+    def reconciler_cursor(self, name: str) -> tuple[datetime, str, str] | None:
+        row = (
+            self._conn()
+            .execute(
+                "SELECT updated_at, tenant_id, intent_key FROM reconciler_cursors WHERE name = ?",
+                (check_cursor_name(name),),
+            )
+            .fetchone()
+        )
+        return None if row is None else (_CODEC.time_in(row[0]), row[1], row[2])
+
+    def save_reconciler_cursor(self, name: str, position: tuple[datetime, str, str] | None) -> None:
+        name = check_cursor_name(name)
+        values = None if position is None else cursor_values(position, _CODEC)
+        with self._write() as conn:
+            if values is None:
+                conn.execute("DELETE FROM reconciler_cursors WHERE name = ?", (name,))
+                return
+            conn.execute(
+                "INSERT INTO reconciler_cursors (name, updated_at, tenant_id, intent_key) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET updated_at = excluded.updated_at, tenant_id = excluded.tenant_id, "
+                "intent_key = excluded.intent_key",
+                (name, *values),
+            )
 
     def purge(
         self,

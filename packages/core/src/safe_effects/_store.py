@@ -109,6 +109,14 @@ class Store(Protocol):
         """Per provider, the oldest ``updated_at`` among records in ``status``."""
         ...
 
+    def reconciler_cursor(self, name: str) -> tuple[datetime, str, str] | None:
+        """Where the reconciler named ``name`` last stopped, a :meth:`list_by_status` position; None if unset."""
+        ...
+
+    def save_reconciler_cursor(self, name: str, position: tuple[datetime, str, str] | None) -> None:
+        """Keep ``position`` for ``name``; None forgets it, so that reconciler starts again from the oldest."""
+        ...
+
     def purge(
         self,
         *,

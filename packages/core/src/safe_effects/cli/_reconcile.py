@@ -6,6 +6,7 @@ import os
 import socket
 import time
 import traceback
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Annotated
 
@@ -39,6 +40,15 @@ def reconcile(
     metrics_port: Annotated[
         int | None, typer.Option("--metrics-port", help="Serve this process's reconciler counters (with --loop).")
     ] = None,
+    cursor: Annotated[
+        str | None,
+        typer.Option(
+            "--cursor",
+            help="Continue from where the last sweep under this name stopped, kept in the ledger, so runs "
+            "started by cron go round robin (default: one name per set of providers); '' starts from the "
+            "oldest every run.",
+        ),
+    ] = None,
     as_json: AsJson = False,
 ) -> None:
     """Look unknown and abandoned in-flight intents up at their provider; inconclusive ones stay unknown."""
@@ -49,7 +59,9 @@ def reconcile(
     with opened(store, worker_id=f"reconciler:{socket.gethostname()}:{os.getpid()}") as ledger:
         if observer is not None:
             ledger.observer = observer
-        reconciler = Reconciler(ledger, load_adapters(adapters))
+        loaded = load_adapters(adapters)
+        named = _default_cursor(loaded) if cursor is None else cursor or None
+        reconciler = Reconciler(ledger, loaded, cursor_name=named)
         if not loop:
             report = reconciler.run_once(limit=limit)
             _show(report, as_json)
@@ -59,6 +71,12 @@ def reconcile(
         while True:
             _sweep(reconciler, limit, as_json)
             time.sleep(interval)
+
+
+def _default_cursor(adapters: Mapping[str, object]) -> str:
+    """One cursor per set of providers: a reconciler that skips another's records (no adapter for them)
+    must not move that one's position past records only the other can look up."""
+    return "reconcile:" + ",".join(sorted(adapters))
 
 
 def _sweep(reconciler: Reconciler, limit: int, as_json: bool) -> None:
