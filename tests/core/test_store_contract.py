@@ -23,6 +23,8 @@ from typing import Any
 import pytest
 
 from safe_effects import (
+    Approval,
+    ApprovalState,
     EffectRecord,
     EffectStatus,
     Evidence,
@@ -327,6 +329,101 @@ def test_before_commit_failure_rolls_back(store: Store) -> None:
     store.transition(record, S.IN_FLIGHT, now=T0, actor="w", before_commit=lambda: calls.append(1))
     assert calls == [1]
     assert store.get("default", KEY).status is S.IN_FLIGHT
+
+
+# --- a transition that applies an approval (two-person rule) ---
+
+RESOLVED = {"resolved_at": T0, "resolution": Resolution(method="operator", operator="alice", approved_by="bob")}
+
+
+def asked_about(store: Store) -> tuple[EffectRecord, Approval]:
+    """An unknown record and alice's pending request to confirm it."""
+    record, _ = store.insert_if_absent(make(status=S.UNKNOWN))
+    approval, created = store.add_approval(
+        Approval(
+            tenant="default",
+            intent_key=record.intent_key,
+            expected_version=record.version,
+            to_status=S.CONFIRMED,
+            requested_by="alice",
+            reason="seen",
+            created_at=T0,
+        )
+    )
+    assert created
+    return record, approval
+
+
+def approvals_of(store: Store) -> list[tuple[ApprovalState, str | None]]:
+    return [(a.state, a.decided_by) for a in store.approvals()]
+
+
+def test_a_transition_writes_the_approval_it_applies_in_its_own_commit(store: Store) -> None:
+    record, approval = asked_about(store)
+    applied = approval.decided(ApprovalState.APPLIED, by="bob", reason="checked", at=T0 + timedelta(seconds=1))
+    seen: list[tuple[Any, ...]] = []
+
+    def look() -> None:  # from another connection, just before COMMIT: nothing of the two is visible yet
+        with ThreadPoolExecutor(1) as pool:
+            seen.append(pool.submit(lambda: (store.get("default", KEY), approvals_of(store))).result(TIMEOUT))
+
+    store.transition(
+        record, S.CONFIRMED, now=T0, actor="operator:bob", changes=RESOLVED, approval=applied, before_commit=look
+    )
+
+    assert seen == [(record, [(ApprovalState.PENDING, None)])]
+    assert store.get("default", KEY).status is S.CONFIRMED
+    assert approvals_of(store) == [(ApprovalState.APPLIED, "bob")]
+    assert store.approvals()[0].resolved_at == T0 + timedelta(seconds=1)
+
+
+def test_a_crash_before_the_commit_keeps_the_approval_pending_and_the_record_unknown(store: Store) -> None:
+    record, approval = asked_about(store)
+    before = snapshot(store, record)
+    applied = approval.decided(ApprovalState.APPLIED, by="bob", reason=None, at=T0)
+
+    def crash() -> None:
+        raise RuntimeError("crash point")
+
+    with pytest.raises(RuntimeError, match="crash point"):
+        store.transition(
+            record, S.CONFIRMED, now=T0, actor="operator:bob", changes=RESOLVED, approval=applied, before_commit=crash
+        )
+    assert snapshot(store, record) == before
+    assert approvals_of(store) == [(ApprovalState.PENDING, None)]
+
+
+def test_an_approval_decided_meanwhile_stops_the_transition(store: Store) -> None:
+    record, approval = asked_about(store)
+    before = snapshot(store, record)
+    assert store.decide_approval(approval, state=ApprovalState.DECLINED, decided_by="carol", reason="no", now=T0)
+    applied = approval.decided(ApprovalState.APPLIED, by="bob", reason=None, at=T0)
+
+    with pytest.raises(StaleRecord, match="the pending request for 'invoice:inv_1:collect:v1' was decided meanwhile"):
+        store.transition(record, S.CONFIRMED, now=T0, actor="operator:bob", changes=RESOLVED, approval=applied)
+    assert snapshot(store, record) == before
+    assert approvals_of(store) == [(ApprovalState.DECLINED, "carol")]
+
+
+def test_a_record_that_moved_on_leaves_the_approval_pending(store: Store) -> None:
+    record, approval = asked_about(store)
+    moved = store.transition(record, S.REJECTED, now=T0, actor="reconciler", changes=RESOLVED)
+    before = snapshot(store, moved)
+    applied = approval.decided(ApprovalState.APPLIED, by="bob", reason=None, at=T0)
+
+    with pytest.raises(StaleRecord):
+        store.transition(record, S.CONFIRMED, now=T0, actor="operator:bob", changes=RESOLVED, approval=applied)
+    assert snapshot(store, moved) == before
+    assert approvals_of(store) == [(ApprovalState.PENDING, None)]
+
+
+def test_an_approval_not_decided_is_refused_and_nothing_is_written(store: Store) -> None:
+    record, approval = asked_about(store)
+    before = snapshot(store, record)
+    with pytest.raises(InvalidInput, match="is not decided: nothing to write"):
+        store.transition(record, S.CONFIRMED, now=T0, actor="operator:bob", changes=RESOLVED, approval=approval)
+    assert snapshot(store, record) == before
+    assert approvals_of(store) == [(ApprovalState.PENDING, None)]
 
 
 # --- queries ---

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from safe_effects import EffectStatus, InvalidInput, Operator, Reconciler, Resolution
+from safe_effects._store_url import split_schema  # the store's own reading of a URL's schema
 
 if TYPE_CHECKING:
     from conftest import Ops
@@ -264,3 +268,58 @@ def test_settle_refuses_an_actor_no_store_can_hold(ops: Ops) -> None:
     with pytest.raises(InvalidInput, match="actor holds a lone surrogate or NUL"):
         ops.ledger.settle(record, EffectStatus.REJECTED, resolution=Resolution(method="operator"), actor="x\x00")
     assert ops.ledger.get(KEY) == record
+
+
+@contextmanager
+def confirming_refused(url: str) -> Iterator[type[Exception]]:
+    """A fault inside the database while in the block: a trigger aborts any UPDATE that would confirm a record.
+
+    Yields the driver's error type for it (the store passes a fault that is not an outage through as is).
+    """
+    if url.startswith("sqlite:///"):
+        with closing(sqlite3.connect(url[len("sqlite:///") :], isolation_level=None)) as conn:
+            conn.execute(
+                "CREATE TRIGGER refuse_confirming BEFORE UPDATE ON effect_intents WHEN NEW.status = 'confirmed' "
+                "BEGIN SELECT RAISE(ABORT, 'disk fault'); END"
+            )
+            yield sqlite3.DatabaseError
+            conn.execute("DROP TRIGGER refuse_confirming")
+        return
+    import psycopg
+    from psycopg import sql
+
+    conninfo, schema = split_schema(url)
+    refuse, table = sql.Identifier(str(schema), "refuse"), sql.Identifier(str(schema), "effect_intents")
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE FUNCTION {}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE 'disk fault'; END $$")
+            .format(refuse)
+        )  # fmt: skip
+        conn.execute(
+            sql.SQL(
+                "CREATE TRIGGER refuse_confirming BEFORE UPDATE ON {} FOR EACH ROW "
+                "WHEN (NEW.status = 'confirmed') EXECUTE FUNCTION {}()"
+            ).format(table, refuse)
+        )
+        yield psycopg.Error
+        conn.execute(sql.SQL("DROP TRIGGER refuse_confirming ON {}").format(table))
+
+
+def test_an_approval_whose_settle_fails_stays_pending_with_the_record_unknown(ops: Ops) -> None:
+    """Approving marks the request applied and settles the record in one transaction: a fault between the two
+    writes leaves neither, so the request can still be approved once the fault is gone."""
+    record = ops.unknown(KEY, amount=250_000)
+    assert resolve(ops, *CONFIRM, version=record.version, env=BIG).exit_code == 0
+    trail = ops.trail(KEY)
+
+    with confirming_refused(ops.url) as fault, pytest.raises(fault, match="disk fault"):
+        Operator(ops.ledger).approve(KEY, operator="bob")
+
+    assert ops.ledger.get(KEY) == record
+    assert ops.trail(KEY) == trail
+    assert [(a.state, a.decided_by) for a in ops.ledger.store.approvals()] == [("pending", None)]
+    approved = ops.cli("approve", KEY, "--operator", "bob")
+    assert approved.exit_code == 0, approved.output
+    assert ops.ledger.get(KEY).status == "confirmed"
+    assert [(a.state, a.decided_by) for a in ops.ledger.store.approvals()] == [("applied", "bob")]
+    assert len(ops.fake.effects()) == 1  # the provider's one charge, which the request was about

@@ -7,6 +7,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
 
+from ._errors import InvalidInput, StaleRecord
 from ._keys import IntentKey
 from ._states import EffectStatus
 
@@ -40,3 +41,20 @@ class Approval(BaseModel):
     decided_by: str | None = None
     decision_reason: str | None = None
     resolved_at: datetime | None = None
+
+    def decided(self, state: ApprovalState, *, by: str, reason: str | None, at: datetime) -> Approval:
+        """This approval as decided: what the store writes when it moves it on."""
+        update = {"state": ApprovalState(state), "decided_by": by, "decision_reason": reason, "resolved_at": at}
+        return self.model_copy(update=update)
+
+
+def decision_of(decided: Approval) -> tuple[ApprovalState, str, str | None, datetime]:
+    """(state, decided_by, decision_reason, resolved_at) of an approval moved on by :meth:`Approval.decided`."""
+    if decided.state is ApprovalState.PENDING or decided.decided_by is None or decided.resolved_at is None:
+        raise InvalidInput(f"approval {decided.id} for {decided.intent_key!r} is not decided: nothing to write")
+    return decided.state, decided.decided_by, decided.decision_reason, decided.resolved_at
+
+
+def decided_meanwhile(approval: Approval) -> StaleRecord:
+    """The error for an approval someone else decided between our read and our write."""
+    return StaleRecord(f"the pending request for {approval.intent_key!r} was decided meanwhile")

@@ -26,6 +26,7 @@ from ._adapter import (
     Verdict,
     refusal_of,
 )
+from ._approvals import Approval
 from ._clock import Clock, system_clock
 from ._contract import ProviderContract
 from ._crash import NO_CRASH, CrashPlan, CrashPoint
@@ -278,10 +279,13 @@ class Ledger:
         provider_result_id: str | None = None,
         response_digest: str | None = None,
         detail: Mapping[str, Any] | None = None,
+        approval: Approval | None = None,
     ) -> EffectRecord:
         """Move an unknown record to confirmed or rejected, conditional on the state the caller saw.
 
         ``detail`` lands in the audit row (operator, approver, evidence reference) next to the reason.
+        ``approval`` is the pending approval this applies, as decided (:meth:`Approval.decided`): it is
+        written in the same transaction, or neither is (StaleRecord when it was decided meanwhile).
         """
         check_storable(actor, "actor")
         if provider_result_id is not None:
@@ -300,6 +304,7 @@ class Ledger:
             reason=resolution.reason or resolution.method,
             changes=changes,
             detail=detail,
+            approval=approval,
         )
         self._observe("reconciliation", settled, method=resolution.method, outcome=to.value)
         self._after_settled(settled)

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from ._adapter import EffectRequest, ProviderAdapter
-from ._approvals import Approval, ApprovalState
+from ._approvals import Approval, ApprovalState, decided_meanwhile
 from ._errors import ApprovalError, InvalidInput, StaleRecord
 from ._keys import IntentKey
 from ._ledger import Ledger
@@ -153,13 +152,7 @@ class Operator:
                 "closed as stale: look again and resolve anew if still needed"
             )
         self._check_evidence(record, approval.to_status)  # evidence may have arrived since it was asked
-        now = self.ledger.clock()
-        # claim the request first: a concurrent decline or second approval then loses, and nothing is applied twice
-        if not self.ledger.store.decide_approval(
-            approval, state=ApprovalState.APPLIED, decided_by=operator, reason=reason, now=now
-        ):
-            raise StaleRecord(f"the pending request for {approval.intent_key!r} was decided meanwhile")
-        claimed = self._decided(approval, ApprovalState.APPLIED, operator, reason, now)
+        decided = approval.decided(ApprovalState.APPLIED, by=operator, reason=reason, at=self.ledger.clock())
         resolution = Resolution(
             method=OPERATOR_METHOD,
             operator=approval.requested_by,
@@ -167,7 +160,7 @@ class Operator:
             evidence=approval.evidence,
             reason=approval.reason if reason is None else f"{approval.reason}; approver: {reason}",
         )
-        try:
+        try:  # the approval and the record move together, or neither does (a decline or second approval racing)
             settled = self.ledger.settle(
                 record,
                 approval.to_status,
@@ -175,12 +168,14 @@ class Operator:
                 actor=actor(operator),
                 provider_result_id=approval.provider_result_id,
                 detail=resolution.model_dump(exclude_none=True),
+                approval=decided,
             )
         except StaleRecord:
             current = self.ledger.get(approval.intent_key, tenant=approval.tenant)
-            self._close_stale(claimed, current, operator)
+            if not _asked_of(approval, current):  # the record moved on, not (only) the approval
+                self._close_stale(approval, current, operator)
             raise
-        return Decision(settled, claimed)
+        return Decision(settled, decided)
 
     def decline(
         self, intent_key: IntentKey | str, *, operator: str, reason: str, tenant: str = DEFAULT_TENANT
@@ -193,9 +188,9 @@ class Operator:
         if not self.ledger.store.decide_approval(
             approval, state=ApprovalState.DECLINED, decided_by=operator, reason=reason, now=now
         ):
-            raise StaleRecord(f"the pending request for {approval.intent_key!r} was decided meanwhile")
+            raise decided_meanwhile(approval)
         record = self.ledger.get(approval.intent_key, tenant=approval.tenant)
-        return Decision(record, self._decided(approval, ApprovalState.DECLINED, operator, reason, now))
+        return Decision(record, approval.decided(ApprovalState.DECLINED, by=operator, reason=reason, at=now))
 
     def pending(self, *, tenant: str | None = None, limit: int = 100) -> list[Approval]:
         """Resolutions waiting for a second operator, oldest first."""
@@ -300,14 +295,6 @@ class Operator:
             decided_by=operator,
             reason=f"record moved on to {record.status} v{record.version}{again}",
             now=self.ledger.clock(),
-        )
-
-    @staticmethod
-    def _decided(
-        approval: Approval, state: ApprovalState, operator: str, reason: str | None, now: datetime
-    ) -> Approval:
-        return approval.model_copy(
-            update={"state": state, "decided_by": operator, "decision_reason": reason, "resolved_at": now}
         )
 
 

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from ._approvals import Approval, ApprovalState
+from ._approvals import Approval, ApprovalState, decided_meanwhile, decision_of
 from ._errors import InvalidInput, LedgerUnavailable, MissingDependency, StaleRecord
 from ._migrations import MIGRATIONS, POSTGRES_BOOKKEEPING
 from ._records import AuditEntry, EffectRecord, Evidence
@@ -461,9 +461,10 @@ class PostgresStore:
         detail: Mapping[str, Any] | None = None,
         before_commit: Callable[[], None] | None = None,
         audited: bool = True,
+        approval: Approval | None = None,
     ) -> EffectRecord:
-        """Conditional update on (status, version) plus its audit row (unless ``audited=False``), one statement;
-        see :class:`Store`."""
+        """Conditional update on (status, version) plus its audit row (unless ``audited=False``), one statement,
+        in one transaction with the approval it applies (if any); see :class:`Store`."""
         new, fields, audit = plan_transition(
             record, to, now=now, actor=actor, reason=reason, changes=changes, detail=detail, audited=audited
         )
@@ -473,9 +474,11 @@ class PostgresStore:
         if audit is not None:
             params += self._audit_row.values(audit)
         with self._checkout() as conn:
-            # alone, the statement commits itself; a crash point needs a transaction to run inside
-            atomic = conn.transaction() if before_commit is not None else nullcontext()
+            # alone, the statement commits itself; an approval or a crash point needs a transaction
+            atomic = conn.transaction() if before_commit is not None or approval is not None else nullcontext()
             with atomic:
+                if approval is not None and not self._decide(conn, approval, was=ApprovalState.PENDING):
+                    raise decided_meanwhile(approval)
                 if self._writer(conn).execute(query, params).fetchone() is None:
                     raise stale(record, self._fetch_one(conn, record.tenant, record.intent_key))
                 if before_commit is not None:
@@ -680,10 +683,16 @@ class PostgresStore:
         self, approval: Approval, *, state: ApprovalState, decided_by: str, reason: str | None, now: datetime
     ) -> bool:
         """Move an approval on if it is still in the state the caller saw; see :class:`Store`."""
+        decided = approval.decided(state, by=decided_by, reason=reason, at=now)
+        with self._checkout() as conn:
+            return self._decide(conn, decided, was=approval.state)
+
+    def _decide(self, conn: Connection[Any], decided: Approval, *, was: ApprovalState) -> bool:
+        """Write ``decided`` over the stored approval if that is still in state ``was``; False when it is not."""
+        state, by, reason, at = decision_of(decided)
         update = self._approvals_sql(
             "UPDATE {table} SET state = %s, decided_by = %s, decision_reason = %s, resolved_at = %s "
             "WHERE id = %s AND state = %s"
         )
-        params = (ApprovalState(state).value, decided_by, reason, utc(now, "now"), approval.id, approval.state.value)
-        with self._checkout() as conn:
-            return conn.execute(update, params).rowcount == 1
+        params = (state.value, by, reason, utc(at, "resolved_at"), decided.id, was.value)
+        return conn.execute(update, params).rowcount == 1

@@ -13,7 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ._approvals import Approval, ApprovalState
+from ._approvals import Approval, ApprovalState, decided_meanwhile, decision_of
 from ._errors import InvalidInput, LedgerUnavailable
 from ._migrations import MIGRATIONS, SQLITE_BOOKKEEPING
 from ._records import AuditEntry, EffectRecord, Evidence
@@ -108,6 +108,17 @@ def _update(fields: tuple[str, ...]) -> tuple[str, RowEncoder]:
 
 _EVIDENCE_COLUMNS = tuple("tenant_id" if f == "tenant" else f for f in Evidence.model_fields)
 _APPROVAL_COLUMNS = tuple("tenant_id" if f == "tenant" else f for f in Approval.model_fields)
+
+
+def _decide(conn: sqlite3.Connection, decided: Approval, *, was: ApprovalState) -> bool:
+    """Write ``decided`` over the stored approval if that is still in state ``was``; False when it is not."""
+    state, by, reason, at = decision_of(decided)
+    updated = conn.execute(
+        "UPDATE effect_approvals SET state = ?, decided_by = ?, decision_reason = ?, resolved_at = ? "
+        "WHERE id = ? AND state = ?",
+        (state.value, by, reason, _CODEC.time_out(utc(at, "resolved_at")), decided.id, was.value),
+    )
+    return updated.rowcount == 1
 
 
 def _rows(cursor: sqlite3.Cursor) -> list[dict[str, Any]]:
@@ -310,9 +321,10 @@ class SQLiteStore:
         detail: Mapping[str, Any] | None = None,
         before_commit: Callable[[], None] | None = None,
         audited: bool = True,
+        approval: Approval | None = None,
     ) -> EffectRecord:
-        """Conditional update on (status, version) plus its audit row (unless ``audited=False``) in one
-        transaction; see :class:`Store`."""
+        """Conditional update on (status, version) plus its audit row (unless ``audited=False``) and the
+        approval it applies (if any) in one transaction; see :class:`Store`."""
         new, fields, audit = plan_transition(
             record, to, now=now, actor=actor, reason=reason, changes=changes, detail=detail, audited=audited
         )
@@ -321,6 +333,8 @@ class SQLiteStore:
         params += (record.tenant, record.intent_key, record.status.value, record.version)
         audit_row = None if audit is None else _audit_values(audit)  # encoded before the write lock is taken
         with self._write() as conn:
+            if approval is not None and not _decide(conn, approval, was=ApprovalState.PENDING):
+                raise decided_meanwhile(approval)
             if conn.execute(update, params).rowcount != 1:
                 raise stale(record, self._select(conn, record.tenant, record.intent_key))
             if audit_row is not None:
@@ -513,17 +527,6 @@ class SQLiteStore:
         self, approval: Approval, *, state: ApprovalState, decided_by: str, reason: str | None, now: datetime
     ) -> bool:
         """Move an approval on if it is still in the state the caller saw; see :class:`Store`."""
+        decided = approval.decided(state, by=decided_by, reason=reason, at=now)
         with self._write() as conn:
-            updated = conn.execute(
-                "UPDATE effect_approvals SET state = ?, decided_by = ?, decision_reason = ?, resolved_at = ? "
-                "WHERE id = ? AND state = ?",
-                (
-                    ApprovalState(state).value,
-                    decided_by,
-                    reason,
-                    _CODEC.time_out(utc(now, "now")),
-                    approval.id,
-                    approval.state.value,
-                ),
-            )
-            return updated.rowcount == 1
+            return _decide(conn, decided, was=approval.state)

@@ -54,13 +54,17 @@ class Store(Protocol):
         detail: Mapping[str, Any] | None = None,
         before_commit: Callable[[], None] | None = None,
         audited: bool = True,
+        approval: Approval | None = None,
     ) -> EffectRecord:
         """Move ``record`` to ``to`` if it is still at ``record.status`` and ``record.version``.
 
         ``changes`` sets other fields (names of :class:`EffectRecord` fields); ``updated_by`` becomes ``actor``.
         ``before_commit`` runs inside the transaction just before COMMIT (a crash point). ``audited=False``
-        appends no audit row (``reason`` and ``detail`` are then not kept). Raises IllegalTransition or
-        StaleRecord.
+        appends no audit row (``reason`` and ``detail`` are then not kept). ``approval``, a pending approval
+        as this change decides it (its ``state``, ``decided_by``, ``decision_reason``, ``resolved_at``), is
+        written in the same transaction if it is still pending: an approval is never marked applied without
+        its change, nor the reverse. Raises IllegalTransition or StaleRecord (the record moved, or the
+        approval was decided meanwhile); either way nothing is written.
         """
         ...
 
