@@ -7,13 +7,18 @@ from botocore.exceptions import (
     ClientError,
     ConnectionClosedError,
     ConnectTimeoutError,
+    CredentialRetrievalError,
     EndpointConnectionError,
     HTTPClientError,
     NoCredentialsError,
     ParamValidationError,
+    PartialCredentialsError,
     ProxyConnectionError,
     ReadTimeoutError,
     ResponseStreamingError,
+    SSLError,
+    TokenRetrievalError,
+    UnauthorizedSSOTokenError,
 )
 
 from safe_effects import Outcome
@@ -43,7 +48,17 @@ CREDENTIALS = [
     "MissingAuthenticationToken",
     "ExpiredToken",
 ]
-UNKNOWN = [("InternalFailure", 500), ("ServiceUnavailable", 503), ("SomethingNew", 400), ("", 500)]
+UNKNOWN = [("InternalFailure", 500), ("ServiceUnavailable", 503), ("SomethingNew", 500), ("", 502)]
+# v1's answers to a malformed request (an address without a domain, a tag with a character SES refuses), and
+# any 4xx SES may add: a refusal of the request, nothing queued
+OTHER_REFUSALS = [
+    ("InvalidParameterValue", 400),
+    ("ValidationError", 400),
+    ("MissingParameter", 400),
+    ("InvalidParameterCombination", 400),
+    ("SomethingNew", 400),
+    ("", 413),
+]
 
 
 def client_error(code: str, status: int = 400) -> ClientError:
@@ -71,6 +86,38 @@ def test_rate_and_quota_refusals_are_retryable(code: str) -> None:
     assert classify(client_error(code, 429)).outcome is Outcome.RETRYABLE
 
 
+@pytest.mark.parametrize(("code", "status"), OTHER_REFUSALS)
+def test_any_other_client_error_status_is_a_final_refusal(code: str, status: int) -> None:
+    verdict = classify(client_error(code, status))
+    assert (verdict.outcome, verdict.error_code) == (Outcome.FINAL, code or None)
+
+
+@pytest.mark.parametrize("status", [408, 429])
+def test_not_now_statuses_with_an_unlisted_code_are_retryable(status: int) -> None:
+    verdict = classify(client_error("SlowDown", status))
+    assert (verdict.outcome, verdict.retry_after) == (Outcome.RETRYABLE, None)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        NoCredentialsError(),
+        PartialCredentialsError(provider="env", cred_var="AWS_SECRET_ACCESS_KEY"),
+        CredentialRetrievalError(provider="container-role", error_msg="metadata endpoint timed out"),
+        TokenRetrievalError(provider="sso", error_msg="expired"),
+        UnauthorizedSSOTokenError(),
+    ],
+    ids=lambda error: type(error).__name__,
+)
+def test_credentials_that_cannot_be_had_defer_the_send(error: Exception) -> None:
+    """boto3 resolves credentials while signing, before any request: an instance-metadata timeout or an expired
+    SSO token sends nothing, and the same send should go once credentials are back."""
+    verdict = classify(error)
+    assert (verdict.outcome, verdict.retry_after, verdict.error_class) == (
+        Outcome.RETRYABLE, 60.0, type(error).__qualname__,
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize(("code", "status"), UNKNOWN)
 def test_server_errors_and_unrecognised_codes_are_unknown(code: str, status: int) -> None:
     assert classify(client_error(code, status)).outcome is Outcome.UNKNOWN
@@ -80,7 +127,6 @@ def test_server_errors_and_unrecognised_codes_are_unknown(code: str, status: int
     ("error", "outcome"),
     [
         (ParamValidationError(report="bad"), Outcome.FINAL),
-        (NoCredentialsError(), Outcome.RETRYABLE),  # boto3 found none to sign with; fixed, the send goes
         (EndpointConnectionError(endpoint_url="http://x"), Outcome.RETRYABLE),
         (ConnectTimeoutError(endpoint_url="http://x"), Outcome.RETRYABLE),
         (ProxyConnectionError(proxy_url="http://p"), Outcome.RETRYABLE),
@@ -88,6 +134,7 @@ def test_server_errors_and_unrecognised_codes_are_unknown(code: str, status: int
         (ConnectionClosedError(endpoint_url="http://x"), Outcome.UNKNOWN),
         (HTTPClientError(error="reset"), Outcome.UNKNOWN),
         (ResponseStreamingError(error="cut"), Outcome.UNKNOWN),
+        (SSLError(endpoint_url="https://x", error="handshake"), Outcome.UNKNOWN),  # may come after the request
         (RuntimeError("anything else"), Outcome.UNKNOWN),
     ],
     ids=lambda value: type(value).__name__ if isinstance(value, Exception) else str(value),

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qs
 
 import boto3
+import botocore.session
 import pytest
-from botocore.exceptions import UnknownServiceError
+from botocore.credentials import RefreshableCredentials
+from botocore.exceptions import CredentialRetrievalError, UnknownServiceError
 from botocore.stub import ANY, Stubber
 
 import ses_safe
@@ -302,3 +305,41 @@ def test_a_send_without_credentials_is_deferred_and_goes_once_they_are_there(
     keyed.send_email(IntentKey=KEY, **v2_email)
     assert ledger.get(KEY).status is EffectStatus.CONFIRMED
     assert len(moto_sent_messages(moto)) == 1
+
+
+def test_a_v1_address_ses_refuses_is_rejected_not_left_unknown(
+    ses: Any, proxy: MotoFaultProxy, moto: str, ledger: Ledger, v1_email: dict[str, Any]
+) -> None:
+    """v1 answers an address without a domain with InvalidParameterValue (400): SES sent nothing, and no event
+    will ever come to settle the intent, so it ends rejected rather than waiting for an operator."""
+    bad = {**v1_email, "Destination": {"ToAddresses": ["not-an-address"]}}
+    with pytest.raises(EffectRejected):
+        ses.send_email(IntentKey=KEY, **bad)
+    record = ledger.get(KEY)
+    assert (record.status, record.last_error_code) == (EffectStatus.REJECTED, "InvalidParameterValue")
+    assert len(proxy.sends()) == 1
+    assert moto_sent_messages(moto) == []
+
+
+def test_credentials_that_fail_to_refresh_defer_the_send(
+    ledger: Ledger, proxy: MotoFaultProxy, moto: str, v2_email: dict[str, Any]
+) -> None:
+    """An instance-metadata or container endpoint timing out while boto3 refreshes credentials: nothing was
+    signed, nothing sent, and the intent waits (prepared) instead of going unknown."""
+
+    def refresh() -> dict[str, str]:
+        raise CredentialRetrievalError(provider="container-role", error_msg="metadata endpoint timed out")
+
+    botocore_session = botocore.session.get_session()
+    expired = datetime.now(UTC) - timedelta(minutes=1)
+    botocore_session._credentials = RefreshableCredentials("a", "b", None, expired, refresh, "container-role")
+    client = ses_safe.client(  # type: ignore[call-overload]
+        "sesv2", ledger=ledger, region_name="us-east-1", endpoint_url=proxy.url, configuration_set="cs",
+        session=boto3.session.Session(botocore_session=botocore_session),
+    )  # fmt: skip
+    with pytest.raises(EffectDeferred) as deferred:
+        client.send_email(IntentKey=KEY, **v2_email)
+    assert deferred.value.retry_after == 60.0
+    assert ledger.get(KEY).status is EffectStatus.PREPARED
+    assert proxy.exchanges == []
+    assert moto_sent_messages(moto) == []

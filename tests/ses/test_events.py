@@ -232,6 +232,8 @@ def _hostile_bodies(message_id: str, tags: dict[str, str]) -> dict[str, str]:
         "surrogate message id": sns_envelope(ses_event("Send", message_id="m-\ud800", tags=tags)),
         "nul intent tag": intent_tagged("o\u0000"),
         "nul envelope id": _with_envelope_id(sns_envelope(send), "n-\u0000"),
+        "empty message id": sns_envelope(ses_event("Delivery", message_id="", tags=tags)),
+        "blank message id": sns_envelope(ses_event("Delivery", message_id="  ", tags=tags)),
     }
 
 
@@ -244,6 +246,8 @@ HOSTILE = [
     "surrogate message id",
     "nul intent tag",
     "nul envelope id",
+    "empty message id",
+    "blank message id",
 ]
 
 

@@ -5,10 +5,16 @@ from __future__ import annotations
 from botocore.exceptions import (
     ClientError,
     ConnectTimeoutError,
+    CredentialRetrievalError,
     EndpointConnectionError,
+    NoAuthTokenError,
     NoCredentialsError,
     ParamValidationError,
+    PartialCredentialsError,
     ProxyConnectionError,
+    RefreshWithMFAUnsupportedError,
+    SSOError,
+    TokenRetrievalError,
 )
 
 from safe_effects import Outcome, Verdict
@@ -41,10 +47,28 @@ CREDENTIAL_CODES = frozenset(
         "IncompleteSignature",
         "MissingAuthenticationToken",
         "ExpiredToken",
+        "InvalidSignatureException",  # the JSON APIs' (sesv2) SignatureDoesNotMatch
+        "RequestExpired",  # the signature's time is too far from AWS's: a skewed clock, fixed by fixing it
+        "RequestTimeTooSkewed",
     }
 )
 # Rate or daily quota exceeded: SES drops the request, the same send may go again later.
 RETRYABLE_CODES = frozenset({"Throttling", "TooManyRequestsException"})
+# Any other 4xx is a refusal of the request as sent (v1 answers a malformed address or tag with
+# InvalidParameterValue, 400): nothing was queued, and no event will ever come to settle it. 408 and 429 say
+# "not now", not "never". 5xx and a code without a status stay unknown.
+RETRYABLE_STATUSES = frozenset({408, 429})
+# Raised while boto3 resolves credentials to sign with (no credentials, an instance-metadata or container
+# endpoint timing out, an expired SSO token): before any request, so the send goes once they are back.
+CREDENTIAL_ERRORS = (
+    NoCredentialsError,
+    PartialCredentialsError,
+    CredentialRetrievalError,
+    TokenRetrievalError,
+    SSOError,
+    NoAuthTokenError,
+    RefreshWithMFAUnsupportedError,
+)
 # The request was never written to a socket.
 PRE_SEND_ERRORS = (ConnectTimeoutError, ProxyConnectionError, EndpointConnectionError)
 CLIENT_SIDE_ERRORS = (ParamValidationError,)
@@ -60,8 +84,13 @@ def classify(error: BaseException) -> Verdict:
             return Verdict.credentials_refused(error, code)
         if code in FINAL_CODES:
             return Verdict.of(error, Outcome.FINAL, code)
+        status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if status in RETRYABLE_STATUSES:
+            return Verdict.of(error, Outcome.RETRYABLE, code or None)
+        if isinstance(status, int) and 400 <= status < 500:
+            return Verdict.of(error, Outcome.FINAL, code or None)
         return Verdict.of(error, Outcome.UNKNOWN, code or None)
-    if isinstance(error, NoCredentialsError):  # boto3 found none to sign with: nothing was sent
+    if isinstance(error, CREDENTIAL_ERRORS):  # boto3 had nothing to sign with: nothing was sent
         return Verdict.credentials_refused(error)
     if isinstance(error, CLIENT_SIDE_ERRORS):
         return Verdict.of(error, Outcome.FINAL)

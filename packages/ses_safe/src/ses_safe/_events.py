@@ -117,7 +117,10 @@ def ingest_event(ledger: Ledger, payload: str | bytes | Mapping[str, Any]) -> In
         event, event_id = unwrap(payload)
         kind = _event_type(event)
         mail = event.get("mail")
-        if not isinstance(mail, Mapping) or not isinstance(mail.get("messageId"), str):
+        if not isinstance(mail, Mapping):
+            raise _Malformed("no mail.messageId")
+        message_id = mail.get("messageId")
+        if not isinstance(message_id, str) or not message_id.strip():
             raise _Malformed("no mail.messageId")
     except _Malformed as error:
         return IngestResult(IngestOutcome.MALFORMED, reason=str(error))
@@ -137,7 +140,7 @@ def ingest_event(ledger: Ledger, payload: str | bytes | Mapping[str, Any]) -> In
         event_id=event_id,
         kind=kind,
         verdict=event_verdict(event),
-        provider_result_id=mail["messageId"],
+        provider_result_id=message_id,
         received_at=ledger.clock(),
         detail={"mail_timestamp": str(mail.get("timestamp", ""))},
     )
