@@ -33,7 +33,8 @@ def test_thresholds_parse_tighten_and_fail_safe() -> None:
     assert ApprovalThresholds().requires_approval({"amount": "10000000", "currency": "usd"}) is None
     assert ApprovalThresholds.parse("*=10").requires_approval({"amount": "10", "currency": "jpy"}) is not None
     assert "not an integer" in (configured.requires_approval({"amount": "٣", "currency": "usd"}) or "")
-    for bad in ("usd", "usd=ten", "=5", "usd=-1", "usd=²"):  # superscript two: isdigit() alone says yes
+    assert "not an integer" in (configured.requires_approval({"amount": "9" * 5000, "currency": "usd"}) or "")
+    for bad in ("usd", "usd=ten", "=5", "usd=-1", "usd=²", "usd=" + "1" * 5000):  # ²: isdigit() alone says yes
         with pytest.raises(InvalidInput, match="must look like usd=100000"):
             ApprovalThresholds.parse(bad)
 

@@ -13,12 +13,26 @@ import json
 import math
 from typing import Any
 
-from ._errors import UndigestibleRequest
-from ._text import utf8_text
+from ._errors import InvalidInput, UndigestibleRequest
+from ._text import holds_unstorable_text, utf8_text
 
 DIGEST_PREFIX = "sha256:"
 # one encoder for good: json.dumps with options builds a new JSONEncoder on every call
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+# Python refuses to write an int of more than sys.get_int_max_str_digits() digits (4300 by default, and at
+# least 640); under 2,100 bits (632 digits) an int is always writable, so only a longer one is tried
+_BITS_ALWAYS_WRITABLE = 2100
+_TOO_LONG = "is an integer with more digits than Python writes (sys.get_int_max_str_digits())"
+
+
+def _writable(value: int) -> bool:
+    try:
+        str(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _problem(value: Any) -> tuple[list[str], str] | None:
@@ -26,8 +40,10 @@ def _problem(value: Any) -> tuple[list[str], str] | None:
 
     Paths are only built on the way back up from a problem: the common, valid request pays for none.
     """
-    if value is None or isinstance(value, bool | int):
+    if value is None or isinstance(value, bool):
         return None
+    if isinstance(value, int):
+        return None if value.bit_length() < _BITS_ALWAYS_WRITABLE or _writable(value) else ([], _TOO_LONG)
     if isinstance(value, str):
         return None if utf8_text(value) else ([], "holds a lone surrogate, which is not UTF-8 text")
     if isinstance(value, float):
@@ -57,15 +73,33 @@ def _dotted(segments: list[str]) -> str:
     return "".join(reversed(segments)).removeprefix(".")
 
 
+def _json_problem(value: Any) -> tuple[str, str] | None:
+    """(path, problem) when ``value`` is not plain JSON, else None."""
+    try:
+        found = _problem(value)
+    except RecursionError:  # nesting deeper than the interpreter's stack: no provider takes such a request
+        return "", "is nested too deeply to digest"
+    return None if found is None else (_dotted(found[0]), found[1])
+
+
 def canonical_json(params: Any) -> bytes:
     """The exact bytes the digest is computed over; raises :class:`UndigestibleRequest` naming the path."""
-    try:
-        found = _problem(params)
-    except RecursionError:  # nesting deeper than the interpreter's stack: no provider takes such a request
-        raise UndigestibleRequest("", "is nested too deeply to digest") from None
-    if found is not None:
-        raise UndigestibleRequest(_dotted(found[0]), found[1])
+    if (found := _json_problem(params)) is not None:
+        raise UndigestibleRequest(*found)
     return _CANONICAL.encode(params).encode()
+
+
+def check_plain_json(value: Any, what: str) -> None:
+    """:class:`InvalidInput` naming ``what`` unless ``value`` is plain JSON that every store holds.
+
+    For what the ledger stores as JSON besides a request (audit detail, a resolution, evidence detail):
+    SQLite would keep a NaN that no JSON reader takes back, and PostgreSQL refuses it, and NUL, inside its write.
+    """
+    if (found := _json_problem(value)) is not None:
+        path, problem = found
+        raise InvalidInput(f"{what}{f' at {path}' if path else ''} {problem}")
+    if holds_unstorable_text(value):
+        raise InvalidInput(f"{what} holds a lone surrogate or NUL, which no store holds")
 
 
 def request_digest(params: Any) -> str:

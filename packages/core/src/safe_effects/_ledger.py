@@ -30,7 +30,7 @@ from ._approvals import Approval
 from ._clock import Clock, system_clock
 from ._contract import ProviderContract
 from ._crash import NO_CRASH, CrashPlan, CrashPoint
-from ._digest import request_digest
+from ._digest import check_plain_json, request_digest
 from ._errors import (
     EffectDeferred,
     EffectInProgress,
@@ -51,7 +51,7 @@ from ._observer import NullObserver, Observer
 from ._policies import DEFAULT_LEASE, DEFAULT_RETRY, LeasePolicy, RetryPolicy
 from ._records import EffectRecord, Evidence, EvidenceVerdict, Receipt, Resolution
 from ._sending import Retryable, Settled, send_with_retries
-from ._states import EffectStatus
+from ._states import EffectStatus, settled_status
 from ._store import Store
 from ._tenants import DEFAULT_TENANT, check_tenant
 from ._text import check_storable, holds_unstorable_text
@@ -117,6 +117,8 @@ class Ledger:
         self.worker_id = check_storable(worker_id, "worker_id") if worker_id else _default_worker_id()
         self.lease = lease
         self.retry = retry
+        if isinstance(tenants, str):  # iterated, "acme" would be the tenants a, c, m and e
+            raise InvalidInput(f"tenants must be a collection of tenant ids, not the str {tenants!r}")
         self.tenants = frozenset(check_tenant(t) for t in tenants) if tenants is not None else None
         self.crash_plan = crash_plan
         self.observer: Observer = observer or NullObserver()
@@ -233,6 +235,11 @@ class Ledger:
     ) -> EffectRecord:
         """Settle an unknown (or abandoned in-flight) intent from evidence or a lookup; never redispatches."""
         record = self.get(intent_key, tenant=tenant)
+        if adapter.provider != record.provider:
+            raise InvalidInput(
+                f"intent {record.intent_key!r} was sent to {record.provider!r}: a {adapter.provider!r} adapter "
+                "cannot look it up"
+            )
         record = self._expire_lease(record)
         if record.status is not S.UNKNOWN:
             return record
@@ -287,9 +294,16 @@ class Ledger:
         ``approval`` is the pending approval this applies, as decided (:meth:`Approval.decided`): it is
         written in the same transaction, or neither is (StaleRecord when it was decided meanwhile).
         """
+        to = settled_status(to)
+        if record.status is not S.UNKNOWN:
+            raise IllegalTransition(record.status, to, record.intent_key, why="only an unknown intent is settled")
         check_storable(actor, "actor")
-        if provider_result_id is not None:
-            check_storable(provider_result_id, "provider_result_id")
+        for text, what in ((provider_result_id, "provider_result_id"), (response_digest, "response_digest")):
+            if text is not None:
+                check_storable(text, what)
+        check_plain_json(resolution.model_dump(exclude_none=True), "the resolution")
+        if detail is not None:
+            check_plain_json(detail, "the audit detail")
         now = self.clock()
         changes: dict[str, Any] = {"resolved_at": now, "resolution": resolution, **_NO_LEASE}
         if provider_result_id is not None:
@@ -313,6 +327,8 @@ class Ledger:
     def record_evidence(self, evidence: Evidence) -> bool:
         """Store provider evidence once; if it decides an unknown intent, settle it now. False if a duplicate."""
         self._tenant(evidence.tenant)
+        IntentKey.parse(evidence.intent_key)
+        check_plain_json(evidence.detail, f"the detail of evidence {evidence.event_id!r}")
         if holds_unstorable_text(evidence.model_dump(mode="json")):
             raise InvalidInput(f"evidence {evidence.event_id!r} holds a lone surrogate or NUL, which no store holds")
         if not self.store.add_evidence(evidence):

@@ -15,7 +15,7 @@ from ._errors import ApprovalError, InvalidInput, StaleRecord
 from ._keys import IntentKey
 from ._ledger import Ledger
 from ._records import AuditEntry, EffectRecord, Evidence, EvidenceVerdict, Receipt, Resolution
-from ._states import EffectStatus
+from ._states import EffectStatus, settled_status
 from ._tenants import DEFAULT_TENANT
 from ._text import check_storable
 from ._thresholds import ApprovalThresholds
@@ -86,8 +86,7 @@ class Operator:
         """Settle an unknown intent at the version the operator saw, or park it for a second operator."""
         operator = _required(operator, "operator identity (--operator)")
         reason = _required(reason, "a reason (--reason)")
-        if to not in (S.CONFIRMED, S.REJECTED):
-            raise InvalidInput(f"an operator resolves an intent as confirmed or rejected, not {to}")
+        to = settled_status(to)
         if to is S.CONFIRMED:
             provider_result_id = _required(provider_result_id, "to confirm, the provider's id (--provider-id)")
             evidence = _required(evidence, "to confirm, an evidence reference (--evidence)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import StrEnum
 
-from ._errors import IllegalTransition
+from ._errors import IllegalTransition, InvalidInput
 
 
 class EffectStatus(StrEnum):
@@ -43,3 +43,10 @@ def check_transition(source: EffectStatus, target: EffectStatus, intent_key: str
     """Raise :class:`IllegalTransition` unless ``source -> target`` is in :data:`TRANSITIONS`."""
     if target not in TRANSITIONS[source]:
         raise IllegalTransition(source.value, target.value, intent_key)
+
+
+def settled_status(to: object) -> EffectStatus:
+    """``to`` (an EffectStatus or its text) as what an unknown intent is settled to: confirmed or rejected."""
+    if isinstance(to, str) and to in (S.CONFIRMED, S.REJECTED):
+        return EffectStatus(to)
+    raise InvalidInput(f"an unknown intent is settled as confirmed or rejected, not {to!r}")

@@ -12,9 +12,12 @@ ENV_THRESHOLDS = "SAFE_EFFECTS_APPROVAL_THRESHOLDS"
 ANY_CURRENCY = "*"
 
 
+_MAX_DIGITS = 30  # far beyond any amount; a longer one is no amount (and int() refuses over 4,300 digits)
+
+
 def _minor_units(text: str) -> bool:
     """ASCII digits only: ``str.isdigit`` also accepts ``²`` or ``٣``, which ``int()`` then refuses or reads."""
-    return text.isascii() and text.isdigit()
+    return text.isascii() and text.isdigit() and len(text) <= _MAX_DIGITS
 
 
 @dataclass(frozen=True, slots=True)

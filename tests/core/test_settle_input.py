@@ -1,0 +1,169 @@
+"""Settling by hand, recording evidence, reconciling: bad input is refused, typed, and writes nothing.
+
+Found by driving the public API with odd values: each of these used to write part of its change and then fail,
+or fail deep inside one store's driver (PostgreSQL) while the other stored what no JSON reader takes back
+(SQLite). Every test runs on both stores and checks the record, its audit trail, its evidence and the fake.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from safe_effects import (
+    EffectRequest,
+    EffectStatus,
+    EffectUnknown,
+    Evidence,
+    EvidenceVerdict,
+    IllegalTransition,
+    InvalidInput,
+    InvalidIntentKey,
+    Ledger,
+    Operator,
+    Resolution,
+    RetryPolicy,
+    UndigestibleRequest,
+)
+from safe_effects.testing import FakeFailure, GenericFakeAdapter, GenericFakeProvider, generic_contract
+
+KEY = "invoice:inv_7:collect:v1"
+CHARGE = EffectRequest(operation="charge", params={"amount": 100})
+BY_HAND = Resolution(method="operator", operator="alice", reason="seen")
+
+
+class World:
+    """A ledger holding one unknown charge (the fake took it, the answer was lost), and the fake."""
+
+    def __init__(self, ledger: Ledger, tmp_path: Path) -> None:
+        self.ledger = ledger
+        self.fake = GenericFakeProvider(tmp_path / "fake.db")
+        self.adapter = GenericFakeAdapter(self.fake, generic_contract())
+        self.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
+        with pytest.raises(EffectUnknown):
+            ledger.execute(self.adapter, CHARGE, intent_key=KEY)
+        self.record = ledger.get(KEY)
+        self.trail = ledger.store.audit_trail("default", KEY)
+
+    def unchanged(self) -> None:
+        assert self.ledger.get(KEY) == self.record
+        assert self.ledger.store.audit_trail("default", KEY) == self.trail
+        assert self.ledger.store.evidence_for("default", KEY) == []
+        assert len(self.fake.effects()) == 1
+
+
+@pytest.fixture
+def world(open_ledger: Callable[..., Ledger], tmp_path: Path) -> World:
+    ledger = open_ledger(retry=RetryPolicy(initial_wait=0.0, max_wait=0.0, max_attempts=1))
+    return World(ledger, tmp_path)
+
+
+@pytest.mark.parametrize("to", ["compensated", "prepared", "in_flight", "unknown", "settled", 3])
+def test_settle_moves_an_unknown_intent_only_to_confirmed_or_rejected(world: World, to: Any) -> None:
+    with pytest.raises(InvalidInput, match="settled as confirmed or rejected"):
+        world.ledger.settle(world.record, to, resolution=BY_HAND, actor="operator:alice")
+    world.unchanged()
+
+
+def test_settle_takes_the_status_as_text_like_the_enum(world: World) -> None:
+    settled = world.ledger.settle(world.record, "rejected", resolution=BY_HAND, actor="operator:alice")  # type: ignore[arg-type]
+    assert settled.status is EffectStatus.REJECTED
+    assert world.ledger.get(KEY).status is EffectStatus.REJECTED
+
+
+def test_settle_refuses_a_record_that_is_not_unknown(world: World) -> None:
+    confirmed = world.ledger.settle(world.record, EffectStatus.CONFIRMED, resolution=BY_HAND, actor="a")
+    with pytest.raises(IllegalTransition, match=r"confirmed -> rejected .*only an unknown intent is settled"):
+        world.ledger.settle(confirmed, EffectStatus.REJECTED, resolution=BY_HAND, actor="a")
+    assert world.ledger.get(KEY) == confirmed
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"resolution": Resolution(method="operator", reason="seen \ud800")}, "the resolution at reason holds a lone"),
+        (
+            {"resolution": Resolution(method="operator", reason="seen\x00")},
+            "the resolution holds a lone surrogate or NUL",
+        ),
+        ({"detail": {"ratio": math.nan}}, "the audit detail at ratio is nan"),
+        ({"detail": {"seen": datetime(2026, 1, 1, tzinfo=UTC)}}, "the audit detail at seen is a datetime"),
+        ({"detail": {"raw": b"\xff"}}, "the audit detail at raw is a bytes"),
+        ({"response_digest": "sha256:\x00"}, "response_digest holds a lone surrogate or NUL"),
+    ],
+    ids=["surrogate reason", "nul reason", "nan detail", "datetime detail", "bytes detail", "nul digest"],
+)
+def test_settle_refuses_values_no_store_keeps_and_writes_nothing(
+    world: World, change: dict[str, Any], named: str
+) -> None:
+    call: dict[str, Any] = {"resolution": BY_HAND, "actor": "operator:alice", **change}
+    with pytest.raises(InvalidInput, match=named):
+        world.ledger.settle(world.record, EffectStatus.CONFIRMED, **call)
+    world.unchanged()
+
+
+def evidence(**fields: Any) -> Evidence:
+    values: dict[str, Any] = {
+        "tenant": "default", "intent_key": KEY, "provider": "fake", "source": "events", "event_id": "e1",
+        "kind": "delivered", "verdict": EvidenceVerdict.CONFIRMS, "provider_result_id": "fx_1",
+        "received_at": datetime.now(UTC), **fields,
+    }  # fmt: skip
+    return Evidence(**values)
+
+
+@pytest.mark.parametrize(
+    ("fields", "error", "named"),
+    [
+        ({"detail": {"ratio": math.inf}}, InvalidInput, "the detail of evidence 'e1' at ratio is inf"),
+        ({"detail": {"raw": b"\xff"}}, InvalidInput, "the detail of evidence 'e1' at raw is a bytes"),
+        ({"detail": {"what": object()}}, InvalidInput, "the detail of evidence 'e1' at what is a object"),
+        ({"intent_key": "garbage"}, InvalidIntentKey, "garbage"),
+    ],
+    ids=["inf detail", "bytes detail", "object detail", "malformed intent key"],
+)
+def test_evidence_that_no_store_keeps_is_refused_and_settles_nothing(
+    world: World, fields: dict[str, Any], error: type[Exception], named: str
+) -> None:
+    with pytest.raises(error, match=named):
+        world.ledger.record_evidence(evidence(**fields))
+    world.unchanged()
+
+
+def test_reconcile_refuses_an_adapter_of_another_provider(world: World, tmp_path: Path) -> None:
+    other = GenericFakeAdapter(GenericFakeProvider(tmp_path / "other.db"), generic_contract())
+    other.provider = "elsewhere"
+    with pytest.raises(InvalidInput, match="was sent to 'fake': a 'elsewhere' adapter cannot look it up"):
+        world.ledger.reconcile(other, intent_key=KEY)
+    world.unchanged()
+
+
+def test_operator_resolve_takes_the_status_as_text_and_checks_it_the_same(world: World) -> None:
+    """A plain "confirmed" used to skip the provider-id and evidence checks, write, then fail."""
+    operator = Operator(world.ledger)
+    with pytest.raises(InvalidInput, match="to confirm, the provider's id"):
+        operator.resolve(KEY, to="confirmed", operator="alice", reason="r", expect_version=world.record.version)  # type: ignore[arg-type]
+    world.unchanged()
+    decision = operator.resolve(
+        KEY, to="confirmed", operator="alice", reason="r", expect_version=world.record.version,  # type: ignore[arg-type]
+        provider_result_id="fx_1", evidence="dashboard:fx_1",
+    )  # fmt: skip
+    assert decision.record.status is EffectStatus.CONFIRMED
+    assert world.ledger.get(KEY).provider_result_id == "fx_1"
+
+
+def test_a_tenants_string_is_refused_not_read_as_letters(store_url: str) -> None:
+    with pytest.raises(InvalidInput, match="tenants must be a collection of tenant ids, not the str 'acme'"):
+        Ledger.open(store_url, tenants="acme")
+
+
+def test_an_integer_python_cannot_write_is_undigestible_and_nothing_is_recorded(world: World) -> None:
+    huge = EffectRequest(operation="charge", params={"amount": 10**5000})
+    with pytest.raises(UndigestibleRequest, match=r"request parameter params\.amount is an integer with more digits"):
+        world.ledger.execute(world.adapter, huge, intent_key="invoice:inv_8:collect:v1")
+    assert world.ledger.store.get("default", "invoice:inv_8:collect:v1") is None
+    assert len(world.fake.effects()) == 1
