@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 import pytest
 import stripe
 
-from safe_effects import EffectStatus, EffectUnknown
+from safe_effects import EffectStatus, EffectUnknown, UndigestibleRequest
 from safe_effects.testing import Fault
+from stripe_safe.testing._form import decode_form
 
 from .conftest import KEY, PI, Env
 
@@ -140,3 +142,37 @@ def test_lost_refund_after_the_window_is_found_by_listing_the_parent(env: Env) -
     assert record.resolution is not None
     assert record.resolution.method == "lookup:list"
     assert env.record().status is EffectStatus.COMPENSATED
+
+
+def test_the_sdks_own_encodings_digest_as_they_are_sent(env: Env) -> None:
+    """stripe-python sends a datetime as a Unix timestamp, a Decimal as its text and a Stripe object as its id;
+    the digest covers what is sent, so each spelling of the same call is the same intent, not a refusal."""
+    v1 = env.client.v1
+    customer = v1.customers.create(params={"name": "A"}, options={"idempotency_key": "customer:c_9:create:v1"})
+    trial_end = datetime(2027, 1, 1, tzinfo=UTC)
+    key = {"idempotency_key": "customer:c_9:subscribe:v1"}
+    items = [{"price": "price_1", "quantity": 1}]
+    first = v1.subscriptions.create(
+        params={"customer": customer, "items": items, "trial_end": trial_end, "metadata": {"rate": Decimal("1.50")}},  # type: ignore[typeddict-item]
+        options=key,
+    )
+    sent = decode_form(env.fake.requests("POST", "/v1/subscriptions")[0].body)
+    assert (sent["customer"], sent["trial_end"], sent["metadata"]["rate"]) == (customer.id, "1798761600", "1.50")
+    again = v1.subscriptions.create(
+        params={"customer": customer.id, "items": items, "trial_end": 1798761600, "metadata": {"rate": "1.50"}},
+        options=key,
+    )
+    assert again.id == first.id
+    assert env.posts("/v1/subscriptions") == 1
+    assert env.record("customer:c_9:subscribe:v1").status is EffectStatus.CONFIRMED
+
+
+def test_a_file_upload_is_refused_before_anything_is_recorded(env: Env) -> None:
+    """files.create sends multipart bytes, which the digest cannot cover: refused by name, never sent."""
+    with pytest.raises(UndigestibleRequest, match=r"params\.params\.file is a bytes"):
+        env.client.v1.files.create(
+            params={"file": b"%PDF-1.4", "purpose": "dispute_evidence"},  # type: ignore[typeddict-item]
+            options={"idempotency_key": "dispute:dp_1:evidence:v1"},
+        )
+    assert env.fake.requests("POST") == []
+    assert env.ledger.store.get("default", "dispute:dp_1:evidence:v1") is None

@@ -56,6 +56,7 @@ from ._contract import (
     stamp_metadata,
     summary_for,
 )
+from ._wire import as_sent
 
 _log = logging.getLogger("stripe_safe")
 _RECEIPT_ATTRIBUTE = "_safe_effects_receipt"  # StripeObject keeps underscore names out of its fields
@@ -243,7 +244,7 @@ class _LedgerRequestor(_APIRequestor):
         request = EffectRequest(
             operation=operation,
             # the digest covers the caller's call and its account, not our metadata (nor an api_key: a secret)
-            params={"path": path, "params": caller, **scope},
+            params={"path": path, "params": as_sent(caller), **scope},
             payload=StripeCall(method, url, stamped, options or {}, base_address, usage),
             summary=summary_for(path, caller, method, scope),
         )

@@ -275,7 +275,8 @@ def search_query(intent_key: str, tenant: str) -> str:
 # amounts for the operator's list and the two-person rule; customer ids, never card data or emails
 SUMMARY_FIELDS = ("amount", "currency", "customer")
 # writes that can move money even when the call names no amount (a confirm, a capture or refund of the whole
-# amount, paying an invoice): their summary says "unknown", which the two-person rule treats as large
+# amount, paying an invoice, a subscription's invoice): their summary says "unknown", which the two-person rule
+# treats as large. When in doubt a write is listed: an operator's second look costs less than a missed one
 MOVES_MONEY = frozenset(
     {
         "payment_intents.create",
@@ -285,8 +286,21 @@ MOVES_MONEY = frozenset(
         "charges.capture",
         "refunds.create",
         "invoices.pay",
+        "invoices.finalize",  # charge_automatically: Stripe collects a finalized invoice by itself
+        "subscriptions.create",  # the first invoice is collected at once (unless a trial)
+        "subscriptions.update",  # proration_behavior=always_invoice, a new billing cycle
         "subscriptions.delete",  # invoice_now / prorate: a final invoice, collected at once
-        "subscription_items.delete",  # proration_behavior=always_invoice
+        "subscription_items.create",  # proration_behavior=always_invoice, as on update and delete
+        "subscription_items.update",
+        "subscription_items.delete",
+        "subscription_schedules.create",  # a schedule starting now starts a subscription
+        "quotes.accept",  # makes the subscription or invoice the quote describes
+        "credit_notes.create",  # refund_amount, or lines, may refund at once
+        "application_fees.refunds",  # no amount: the whole fee
+        "transfers.reversals",  # no amount: the whole transfer
+        "payouts.reverse",
+        "terminal.readers.process_payment_intent",
+        "terminal.readers.refund_payment",
     }
 )
 UNKNOWN_AMOUNT = "unknown"
