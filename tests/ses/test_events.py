@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 import ses_safe
-from safe_effects import EffectStatus, EffectUnknown, EvidenceVerdict, IntentKey, Ledger
+from safe_effects import EffectStatus, EffectUnknown, EvidenceVerdict, IntentKey, Ledger, PrometheusObserver
 from safe_effects.testing import Fault
 from ses_safe import INTENT_TAG, IngestOutcome, ingest_event, intent_tag, tenant_tag
 from ses_safe.testing import MotoFaultProxy, intent_tags, moto_sent_messages, ses_event, sns_envelope
@@ -286,3 +288,34 @@ def test_the_poller_counts_and_deletes_hostile_messages(
     assert poller.counts == {"malformed": len(HOSTILE)}
     assert "Messages" not in sqs.receive_message(QueueUrl=queue_url)  # deleted, not redelivered forever
     _nothing_recorded(ledger)
+
+
+def test_a_failure_event_after_a_confirmed_send_is_kept_counted_and_logged(
+    ledger: Ledger, proxy: MotoFaultProxy, moto: str, v2_email: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """SES took the call (200, a MessageId: confirmed), then says it sent nothing (a template that does not
+    render). The record stays confirmed, sending again would fail the same way, but the contradiction is
+    made seen: a warning, a counter an operator can alert on, and the evidence on the record."""
+    registry = CollectorRegistry()
+    watched = Ledger(ledger.store, observer=PrometheusObserver(registry))
+    client = ses_safe.client(  # type: ignore[call-overload]
+        "sesv2", ledger=watched, region_name="us-east-1", endpoint_url=proxy.url, configuration_set="cs",
+        aws_access_key_id="testing", aws_secret_access_key="testing",
+    )  # fmt: skip
+    answer = client.send_email(IntentKey=KEY, **v2_email)
+    tags = intent_tags(intent_tag(IntentKey.parse(KEY)), tenant_tag("default"))
+    failure = ses_event("Rendering Failure", message_id=answer["MessageId"], tags=tags)
+
+    with caplog.at_level(logging.WARNING, logger="safe_effects"):
+        assert ingest_event(watched, sns_envelope(failure)).outcome is IngestOutcome.RECORDED
+
+    assert watched.get(KEY).status is EffectStatus.CONFIRMED
+    [evidence] = ledger.store.evidence_for("default", KEY)
+    assert (evidence.kind, evidence.verdict) == ("Rendering Failure", EvidenceVerdict.REJECTS)
+    labels = {"tenant": "default", "provider": "ses", "source": "ses_event", "kind": "Rendering Failure"}
+    assert registry.get_sample_value("safe_effects_contradicting_evidence_total", labels) == 1
+    assert f"intent '{KEY}' is confirmed, but ses_event evidence" in caplog.text
+    assert len(moto_sent_messages(moto)) == 1
+    delivered = ses_event("Delivery", message_id=answer["MessageId"], tags=tags)
+    assert ingest_event(watched, sns_envelope(delivered)).outcome is IngestOutcome.RECORDED
+    assert registry.get_sample_value("safe_effects_contradicting_evidence_total", labels) == 1  # only refusals

@@ -340,8 +340,20 @@ class Ledger:
                 if record.status is S.PREPARED and (reason := self._spoken_since_reopen(record)):
                     record = self._unknown_again(record, reason)  # reopened, then the provider spoke: settle it
                 if record.status is S.UNKNOWN:
-                    self._settle_by_evidence(record)
+                    record = self._settle_by_evidence(record) or record
+            if record.status is S.CONFIRMED and evidence.verdict is EvidenceVerdict.REJECTS:
+                self._contradicted(record, evidence)
         return True
+
+    def _contradicted(self, record: EffectRecord, evidence: Evidence) -> None:
+        """The provider took the call (confirmed), then said the message never went out (a drop, a rendering
+        failure). The record stays confirmed: sending again would meet the same refusal, and the provider did
+        act on the call. The evidence is kept on the record (``safe-effects show``); this makes it seen."""
+        _log.warning(
+            "intent %r is confirmed, but %s evidence %r says the provider did not carry it out (%s)",
+            record.intent_key, evidence.source, evidence.event_id, evidence.kind,
+        )  # fmt: skip
+        self._observe("contradicting_evidence", record, source=evidence.source, kind=evidence.kind)
 
     # -- claim and resume ---------------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ _EVENTS: Mapping[str, tuple[str, tuple[str, ...]]] = {
     "intent_conflict": ("intent_conflicts", ("tenant", "provider")),
     "claim_contended": ("claim_contentions", ("tenant", "provider")),
     "compensation": ("compensations", ("tenant", "provider")),
+    "contradicting_evidence": ("contradicting_evidence", ("tenant", "provider", "source", "kind")),
     "reconcile_attempt": ("reconciler_records", ("provider", "outcome")),
     "reconciler_run": ("reconciler_runs", ()),
 }
@@ -181,6 +182,11 @@ class PrometheusObserver:
         )
         self.compensations = counter(
             "safe_effects_compensations", "Confirmed effects marked compensated", ("tenant", "provider")
+        )
+        self.contradicting_evidence = counter(
+            "safe_effects_contradicting_evidence",
+            "Provider events saying a confirmed effect was not carried out (a drop, a rendering failure)",
+            _EVENTS["contradicting_evidence"][1],
         )
         self.reconciler_records = counter(
             "safe_effects_reconciler_records", "Records a reconciler sweep handled, by outcome", ("provider", "outcome")
