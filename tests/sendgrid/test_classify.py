@@ -37,7 +37,7 @@ def _failure(raw: Any, message: Any) -> BaseException:
     return caught.value
 
 
-@pytest.mark.parametrize("status", [400, 404, 405, 413, 415])
+@pytest.mark.parametrize("status", [400, 404, 405, 409, 413, 415, 422])
 def test_client_errors_are_final_and_nothing_is_sent(
     status: int, *, sg: SendGridAPIClient, fake: FakeSendGrid, ledger: Ledger, key: str, mail: Any
 ) -> None:
@@ -126,10 +126,11 @@ def test_a_202_with_a_cut_body_is_unknown(
     assert record(key).status is S.UNKNOWN
 
 
+@pytest.mark.parametrize("status", [429, 408])
 def test_429_is_retried_with_the_same_intent_and_sends_once(
-    sg: SendGridAPIClient, fake: FakeSendGrid, record: Record, key: str, mail: Any
+    status: int, *, sg: SendGridAPIClient, fake: FakeSendGrid, record: Record, key: str, mail: Any
 ) -> None:
-    fake.inject(Fault.status_code(429, headers={"Retry-After": "0"}, times=2))
+    fake.inject(Fault.status_code(status, headers={"Retry-After": "0"}, times=2))
     response = sg.send(mail(), intent_key=key)
     assert response.status_code == 202
     assert (len(fake.sends()), fake.effect_count()) == (3, 1)

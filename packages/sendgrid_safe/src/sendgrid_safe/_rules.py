@@ -91,6 +91,8 @@ CONTRACT = ProviderContract(
     ),
 )
 
+# the refusals python_http_client names; any other 4xx (409, 422...) is final too, but 408, like 429, is "not now"
+_REQUEST_TIMEOUT = 408
 _FINAL = (
     phc.BadRequestsError,
     phc.NotFoundError,
@@ -112,10 +114,10 @@ def classify(error: BaseException) -> Verdict:
         code = f"http_{status}"
         if isinstance(error, _CREDENTIALS):
             return Verdict.credentials_refused(error, code)
-        if isinstance(error, _FINAL):
-            return Verdict.of(error, Outcome.FINAL, code)
-        if isinstance(error, phc.TooManyRequestsError):
+        if isinstance(error, phc.TooManyRequestsError) or status == _REQUEST_TIMEOUT:
             return Verdict.of(error, Outcome.RETRYABLE, code, retry_after=retry_after(error.headers))
+        if isinstance(error, _FINAL) or (isinstance(status, int) and 400 <= status < 500):
+            return Verdict.of(error, Outcome.FINAL, code)  # SendGrid refused the request as sent
         return Verdict.of(error, Outcome.UNKNOWN, code)  # 500, 502, 503, 504 and any other status
     if isinstance(error, urllib.error.URLError):
         return _url_error(error)
