@@ -6,7 +6,7 @@ import pytest
 
 from safe_effects import DEFAULT_TENANT, ApprovalThresholds, IntentKey, LookupKind, ParameterMatching
 from stripe_safe import METADATA_INTENT, METADATA_TENANT, contract_for, operation_for, provider_key, search_query
-from stripe_safe._contract import deleted_object_type, read_params, retrieve_path, stamp_metadata, summary_for
+from stripe_safe._contract import deleted_object_type, read_params, retrieve_paths, stamp_metadata, summary_for
 from stripe_safe.testing._form import decode_form, parse_search
 
 
@@ -30,9 +30,18 @@ def test_a_deleted_objects_type_comes_from_its_path() -> None:
     assert deleted_object_type("/v1/customers/cus_1/discount") == "discount"
 
 
-def test_retrieve_path_is_the_object_the_write_produced() -> None:
-    assert retrieve_path("/v1/payment_intents", "pi_1") == "/v1/payment_intents/pi_1"
-    assert retrieve_path("/v1/payment_intents/pi_1/capture", "pi_1") == "/v1/payment_intents/pi_1"
+def test_retrieve_paths_name_the_object_the_write_produced_most_likely_first() -> None:
+    assert retrieve_paths("/v1/payment_intents", "pi_1") == ["/v1/payment_intents/pi_1"]
+    assert retrieve_paths("/v1/payment_intents/pi_1/capture", "pi_1") == ["/v1/payment_intents/pi_1"]
+    assert retrieve_paths("/v1/transfers/tr_1/reversals", "trr_1") == [
+        "/v1/transfers/tr_1/reversals/trr_1", "/v1/transfers/trr_1",
+    ]  # fmt: skip
+    assert retrieve_paths("/v1/payouts/po_1A/reverse", "po_2B") == [
+        "/v1/payouts/po_1A/reverse/po_2B", "/v1/payouts/po_2B",
+    ]  # fmt: skip
+    assert retrieve_paths("/v1/tax/transactions/create_from_calculation", "tax_1") == [
+        "/v1/tax/transactions/create_from_calculation/tax_1", "/v1/tax/transactions/tax_1",
+    ]  # fmt: skip
 
 
 def test_provider_key_is_the_intent_for_the_default_tenant_and_qualified_otherwise() -> None:

@@ -253,3 +253,46 @@ def test_an_oauth_refusal_is_rejected_not_unknown(env: Env) -> None:
     assert not any(e.committed for e in env.fake.server.exchanges)
     record = env.record(key)
     assert (record.status, record.last_error_code) == (EffectStatus.REJECTED, "invalid_grant")
+
+
+def test_a_repeated_oauth_token_is_answered_by_stripes_replay_of_the_same_key(env: Env) -> None:
+    """A token answer has no id to GET, and moves no money: the repeat is Stripe's replay of the same key."""
+    client = StripeClient(
+        API_KEY, ledger=env.ledger, base_addresses={"api": env.fake.url, "connect": env.fake.url}, timeout=SHORT_TIMEOUT
+    )
+    token = {"access_token": "sk_test_connected", "token_type": "bearer", "stripe_user_id": "acct_1X"}
+    env.fake.inject(Fault.status_code(200, body=token, path_prefix="/oauth/token"))
+    env.fake.inject(
+        Fault.status_code(200, body=token, headers={"Idempotent-Replayed": "true"}, path_prefix="/oauth/token")
+    )
+    key = "connect:ac_1:oauth_token:v1"
+    params = {"grant_type": "authorization_code", "code": "ac_1"}
+
+    first = client.oauth.token(params=params, options={"idempotency_key": key})  # type: ignore[arg-type]
+    again = client.oauth.token(params=params, options={"idempotency_key": key})  # type: ignore[arg-type]
+
+    assert again.stripe_user_id == first.stripe_user_id == "acct_1X"
+    assert posted_keys(env, "/oauth/token") == [key, key]
+    receipt = receipt_of(again)
+    assert receipt is not None
+    assert receipt.from_ledger
+    assert (env.record(key).status, env.record(key).attempt_count) == (EffectStatus.CONFIRMED, 1)
+
+
+def test_a_repeated_action_that_made_another_object_reads_that_object_back(env: Env) -> None:
+    """A payout's reversal is a new payout: the repeat GETs /v1/payouts/<new id> (after the action's own path
+    found nothing), and never posts the reversal again."""
+    reversal = {"id": "po_2B", "object": "payout", "amount": 1100, "currency": "eur", "status": "pending"}
+    env.fake.inject(Fault.status_code(200, body=reversal, method="POST", path_prefix="/v1/payouts/po_1A/reverse"))
+    env.fake.inject(Fault.status_code(200, body=reversal, method="GET", path_prefix="/v1/payouts/po_2B"))
+    key = "payout:po_1A:reverse:v1"
+
+    first = env.client.v1.payouts.reverse("po_1A", options={"idempotency_key": key})
+    again = env.client.v1.payouts.reverse("po_1A", options={"idempotency_key": key})
+
+    assert again.id == first.id == "po_2B"
+    assert [r.path for r in env.fake.requests("GET", "/v1/payouts")] == [
+        "/v1/payouts/po_1A/reverse/po_2B", "/v1/payouts/po_2B",
+    ]  # fmt: skip
+    assert len(env.fake.requests("POST", "/v1/payouts")) == 1
+    assert (env.record(key).status, env.record(key).provider_result_id) == (EffectStatus.CONFIRMED, "po_2B")

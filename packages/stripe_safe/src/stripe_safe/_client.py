@@ -43,6 +43,7 @@ from safe_effects import (
 from ._adapter import StripeAdapter, StripeCall, scope_options
 from ._contract import (
     CONNECT_TIMEOUT,
+    MOVES_MONEY,
     NO_READ_BACK,
     READ_TIMEOUT,
     RESERVED_HEADERS,
@@ -51,7 +52,7 @@ from ._contract import (
     operation_for,
     read_params,
     reserved_header,
-    retrieve_path,
+    retrieve_paths,
     scope_of,
     stamp_metadata,
     summary_for,
@@ -268,22 +269,25 @@ class _LedgerRequestor(_APIRequestor):
         """The answer to a repeated call of a confirmed intent: a GET of the recorded object, shaped by the call's
         ``expand`` / ``include``; else Stripe's saved answer by a same-key replay."""
         path: str = request.params["path"]
-        if request.operation in NO_READ_BACK:  # an account link, a billing portal session: nothing to GET
+        nothing_to_get = record.provider_result_id is None and request.operation not in MOVES_MONEY
+        if request.operation in NO_READ_BACK or nothing_to_get:  # an account link, an OAuth token, a portal session
             return self._replayed(record, request)
         if record.provider_result_id is None:
             raise AnswerUnavailable(record, "no object id was recorded to read it back by")
-        where = retrieve_path(path, record.provider_result_id)
-        try:
-            return self.transport.read(where, read_params(path, caller), read)  # a read, never a write
-        except stripe.InvalidRequestError as missing:
-            if missing.http_status != 404:
-                raise
-            if request.operation.endswith(".delete"):
-                # most deleted objects are gone for a GET: answer with Stripe's own shape of a delete's answer
-                gone = {"id": record.provider_result_id, "object": deleted_object_type(path), "deleted": True}
-                return _convert_to_stripe_object(resp=gone, requestor=self.transport, api_mode="V1")
-            why = f"GET {where} found nothing (written with another API key or account?)"
-            raise AnswerUnavailable(record, why) from missing  # never a resend: the write is confirmed
+        missing: stripe.InvalidRequestError | None = None
+        for where in retrieve_paths(path, record.provider_result_id):
+            try:
+                return self.transport.read(where, read_params(path, caller), read)  # a read, never a write
+            except stripe.InvalidRequestError as error:
+                if error.http_status != 404:
+                    raise
+                missing = error
+        if request.operation.endswith(".delete"):
+            # most deleted objects are gone for a GET: answer with Stripe's own shape of a delete's answer
+            gone = {"id": record.provider_result_id, "object": deleted_object_type(path), "deleted": True}
+            return _convert_to_stripe_object(resp=gone, requestor=self.transport, api_mode="V1")
+        why = f"GET {where} found nothing (written with another API key or account?)"
+        raise AnswerUnavailable(record, why) from missing  # never a resend: the write is confirmed
 
     def _replayed(self, record: EffectRecord, request: EffectRequest) -> stripe.StripeObject:
         """Stripe's saved answer: the same call under the key it was first sent with, which Stripe replays without
