@@ -441,6 +441,18 @@ def test_a_declined_charge_is_rejected_and_no_charge_succeeded(env: Env) -> None
 # -- the wrapper's SDK settings ---------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("setting", [{"proxy": "http://proxy:3128"}, {"verify_ssl_certs": False}])
+def test_transport_settings_beside_an_http_client_are_refused_as_the_sdk_refuses_them(
+    env: Env, setting: dict[str, object]
+) -> None:
+    """The SDK raises rather than drop them silently; so does the wrapper."""
+    http_client = stripe.RequestsClient(timeout=5)
+    with pytest.raises(ValueError, match="You cannot specify `proxy` or `verify_ssl_certs` when passing `http_client`"):
+        StripeClient(API_KEY, ledger=env.ledger, http_client=http_client, **setting)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="You cannot specify `proxy` or `verify_ssl_certs`"):
+        stripe.StripeClient(API_KEY, http_client=http_client, **setting)  # type: ignore[arg-type]
+
+
 def test_sdk_retries_are_refused_at_construction_and_forced_off_per_call(env: Env) -> None:
     with pytest.raises(ValueError, match="max_network_retries"):
         StripeClient(API_KEY, ledger=env.ledger, base_addresses={"api": env.fake.url}, max_network_retries=2)

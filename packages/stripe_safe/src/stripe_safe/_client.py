@@ -399,6 +399,11 @@ class StripeClient(stripe.StripeClient):
     ) -> None:
         if max_network_retries:
             raise ValueError("stripe_safe forces max_network_retries=0: SDK retries would hide unknown outcomes")
+        if http_client is not None and (proxy or verify_ssl_certs is not True):  # as the SDK refuses it
+            raise ValueError(
+                "You cannot specify `proxy` or `verify_ssl_certs` when passing `http_client`: "
+                "configure them on the stripe.RequestsClient instead"
+            )
         if http_client is None:
             http_client = stripe.RequestsClient(timeout=timeout, verify_ssl_certs=verify_ssl_certs, proxy=proxy)
         elif not isinstance(http_client, stripe.RequestsClient):
