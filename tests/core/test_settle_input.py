@@ -167,3 +167,30 @@ def test_an_integer_python_cannot_write_is_undigestible_and_nothing_is_recorded(
         world.ledger.execute(world.adapter, huge, intent_key="invoice:inv_8:collect:v1")
     assert world.ledger.store.get("default", "invoice:inv_8:collect:v1") is None
     assert len(world.fake.effects()) == 1
+
+
+@pytest.mark.parametrize(
+    ("call", "named"),
+    [
+        ({"operator": 5}, "operator identity .* must be text, got int"),
+        ({"reason": ["seen"]}, "a reason .* must be text, got list"),
+        ({"evidence": 7}, "the evidence reference .* must be text, got int"),
+    ],
+)
+def test_operator_values_that_are_not_text_are_refused_typed(world: World, call: dict[str, Any], named: str) -> None:
+    values = {"to": "rejected", "operator": "alice", "reason": "seen", "expect_version": world.record.version, **call}
+    with pytest.raises(InvalidInput, match=named):
+        Operator(world.ledger).resolve(KEY, **values)
+    world.unchanged()
+
+
+def test_a_compensation_whose_params_are_not_an_object_is_refused_before_anything(world: World) -> None:
+    confirmed = world.ledger.settle(world.record, EffectStatus.CONFIRMED, resolution=BY_HAND, actor="a")
+    with pytest.raises(InvalidInput, match="a compensation's params must be a JSON object, got list"):
+        Operator(world.ledger).compensate(
+            world.adapter, original_key=KEY, compensating_key="invoice:inv_7:refund:v1", operation="refund",
+            params=[1], operator="alice", reason="duplicate", expect_version=confirmed.version,  # type: ignore[arg-type]
+        )  # fmt: skip
+    assert world.ledger.get(KEY) == confirmed
+    assert world.ledger.store.get("default", "invoice:inv_7:refund:v1") is None
+    assert len(world.fake.effects()) == 1

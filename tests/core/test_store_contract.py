@@ -42,6 +42,7 @@ from safe_effects import (
     Store,
     open_store,
 )
+from safe_effects._migrations import MIGRATIONS
 
 S = EffectStatus
 T0 = datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
@@ -589,14 +590,16 @@ def test_purge_deletes_only_given_statuses_older_than_the_cutoff(store: Store) -
 
 def test_migrate_twice_is_a_no_op(store: Store) -> None:
     store.insert_if_absent(make())
-    store.migrate()
-    store.migrate()
+    assert store.migrate() == []  # the fixture migrated it: this call applies nothing
+    assert store.migrate() == []
     assert store.get("default", KEY) == make()
 
 
 def test_migrate_from_two_processes_at_once(fresh_store_url: Callable[[], str], run_together: Runner) -> None:
     url = fresh_store_url()
-    assert run_together(migrate_worker, (url,), (url,)) == [("ok", None), ("ok", None)]
+    results = run_together(migrate_worker, (url,), (url,))
+    every = [migration.version for migration in MIGRATIONS]
+    assert sorted(applied for _, applied in results) == [[], every]  # each migration applied once, and said so
     store = open_store(url)
     try:
         store.insert_if_absent(make())
@@ -713,6 +716,17 @@ def test_a_sqlite_file_that_cannot_be_opened_is_ledger_unavailable(tmp_path: Pat
     with pytest.raises(LedgerUnavailable, match="could not be opened"):
         store.get("default", KEY)
     store.close()
+
+
+def test_a_file_that_is_not_a_sqlite_database_is_refused_by_name_and_left_alone(tmp_path: Path) -> None:
+    """A store URL pointing at the wrong file is a mistake to fix, not an outage to wait out."""
+    path = tmp_path / "notes.txt"
+    path.write_text("not a database at all, just some text that is long enough to be read as a header")
+    store = SQLiteStore(path)
+    with pytest.raises(InvalidInput, match=r"notes\.txt is not a SQLite database: check the path"):
+        store.migrate()
+    store.close()
+    assert path.read_text().startswith("not a database at all")
 
 
 def test_a_full_sqlite_file_is_ledger_unavailable_and_keeps_nothing_of_the_write(tmp_path: Path) -> None:

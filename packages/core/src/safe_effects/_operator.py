@@ -42,13 +42,15 @@ def actor(operator: str) -> str:
 
 
 def _required(value: str | None, what: str) -> str:
-    text = (value or "").strip()
+    text = (_optional(value, what) or "").strip()
     if not text:
         raise InvalidInput(f"{what} is required")
     return check_storable(text, what)
 
 
 def _optional(value: str | None, what: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise InvalidInput(f"{what} must be text, got {type(value).__name__}")
     return None if value is None else check_storable(value, what)
 
 
@@ -215,6 +217,8 @@ class Operator:
         """
         operator = _required(operator, "operator identity (--operator)")
         reason = _required(reason, "a reason (--reason)")
+        if not isinstance(params, Mapping):
+            raise InvalidInput(f"a compensation's params must be a JSON object, got {type(params).__name__}")
         original = self.ledger.get(original_key, tenant=tenant)
         if not self._seen(original, IntentKey.parse(compensating_key), expect_version):
             raise StaleRecord(

@@ -380,8 +380,10 @@ class PostgresStore:
         self._bookkeeping_name = _render(schema_table).decode()  # quoted, for to_regclass
         self._record_version = _render(sql.SQL("INSERT INTO {} (version) VALUES (%s)").format(schema_table))
 
-    def migrate(self) -> None:
-        """Apply pending migrations under a per-schema advisory lock, so concurrent callers run them once."""
+    def migrate(self) -> list[int]:
+        """Apply pending migrations under a per-schema advisory lock, so concurrent callers run them once;
+        returns the versions this call applied."""
+        done: list[int] = []
         lock = int.from_bytes(hashlib.sha256(f"safe_effects:{self.schema}".encode()).digest()[:8], signed=True)
         with self._checkout() as conn, conn.transaction():
             # an index built on a large table, or a wait for another process's migration, may take long
@@ -398,6 +400,8 @@ class PostgresStore:
                 for statement in statements:
                     conn.execute(statement)
                 conn.execute(self._record_version, (version,))
+                done.append(version)
+        return done
 
     def pending_migrations(self) -> list[int]:
         with self._checkout() as conn:

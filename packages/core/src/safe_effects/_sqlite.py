@@ -226,6 +226,10 @@ class SQLiteStore:
         except sqlite3.OperationalError as error:
             _raise_if_unavailable(error, f"the SQLite ledger {self.path} could not be opened")
             raise
+        except sqlite3.DatabaseError as error:  # a file of something else: a wrong path, not an outage
+            if error.sqlite_errorname == "SQLITE_NOTADB":
+                raise InvalidInput(f"the SQLite ledger {self.path} is not a SQLite database: check the path") from error
+            raise
         return conn
 
     def _enable_wal(self, conn: sqlite3.Connection) -> None:
@@ -244,8 +248,10 @@ class SQLiteStore:
         """One write transaction on this thread's connection; see :class:`_WriteTransaction`."""
         return _WriteTransaction(self._conn(), self.path)  # an open failure is LedgerUnavailable already
 
-    def migrate(self) -> None:
-        """Apply pending migrations under BEGIN IMMEDIATE, so a second process waits and then finds them done."""
+    def migrate(self) -> list[int]:
+        """Apply pending migrations under BEGIN IMMEDIATE, so a second process waits and then finds them done;
+        returns the versions this call applied."""
+        done: list[int] = []
         with self._write() as conn:
             conn.execute(SQLITE_BOOKKEEPING)
             applied = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
@@ -258,6 +264,8 @@ class SQLiteStore:
                     "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
                     (migration.version, _utc_text(datetime.now(UTC))),
                 )
+                done.append(migration.version)
+        return done
 
     def pending_migrations(self) -> list[int]:
         conn = self._conn()

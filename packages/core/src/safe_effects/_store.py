@@ -21,8 +21,9 @@ class Store(Protocol):
     ``resolution``) until the next, audited, change.
     """
 
-    def migrate(self) -> None:
-        """Apply pending schema migrations; idempotent and safe from two processes at once."""
+    def migrate(self) -> list[int]:
+        """Apply pending schema migrations; idempotent and safe from two processes at once. Returns the
+        versions this call applied: none when another process applied them first."""
         ...
 
     def pending_migrations(self) -> list[int]:

@@ -24,6 +24,10 @@ from safe_effects._ledger import Ledger
 from safe_effects._store_url import SQLITE_PREFIX, open_store, redacted
 
 DEBUG_ENV = "SAFE_EFFECTS_DEBUG"
+# bounds for numeric options, so an absurd value is a usage error, not an OverflowError from SQLite or datetime
+MAX_LIMIT = 1_000_000  # records per listing or sweep
+MAX_DAYS = 36_500  # a century of retention
+MAX_PORT = 65_535
 P = ParamSpec("P")
 
 StoreUrl = Annotated[

@@ -10,6 +10,7 @@ from safe_effects._states import EffectStatus
 from safe_effects._tenants import DEFAULT_TENANT
 
 from ._common import (
+    MAX_LIMIT,
     AdaptersSpec,
     AsJson,
     StoreUrl,
@@ -35,7 +36,7 @@ def list_effects(
     status: Statuses = None,
     tenant: Annotated[str | None, typer.Option("--tenant", help="Only this tenant.")] = None,
     provider: Annotated[str | None, typer.Option("--provider", help="Only this provider.")] = None,
-    limit: Annotated[int, typer.Option("--limit", min=1)] = 50,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=MAX_LIMIT)] = 50,
     as_json: AsJson = False,
 ) -> None:
     """List intents (unknown by default), least recently updated first: what may have happened and since when."""

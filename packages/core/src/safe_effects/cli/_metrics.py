@@ -9,13 +9,13 @@ import typer
 
 from safe_effects._metrics import prometheus, serve, store_registry
 
-from ._common import StoreUrl, opened
+from ._common import MAX_PORT, StoreUrl, opened
 
 
 def metrics(
     *,
     store: StoreUrl,
-    port: Annotated[int, typer.Option("--port", help="Port to serve /metrics on.")] = 9464,
+    port: Annotated[int, typer.Option("--port", min=0, max=MAX_PORT, help="Port to serve /metrics on.")] = 9464,
     addr: Annotated[str, typer.Option("--addr", help="Address to bind.")] = "0.0.0.0",
     once: Annotated[bool, typer.Option("--print", help="Print the exposition once and exit.")] = False,
 ) -> None:

@@ -11,11 +11,10 @@ def migrate(*, store: StoreUrl, as_json: AsJson = False) -> None:
     """Apply pending schema migrations (idempotent; safe from two processes at once)."""
     opened = open_store(store)
     try:
-        pending = opened.pending_migrations()
-        opened.migrate()
+        applied = opened.migrate()  # what this run applied: a concurrent run may have applied the rest
     finally:
         opened.close()
     if as_json:
-        print_json({"store": redacted(store), "applied": pending})  # a password never reaches a log
+        print_json({"store": redacted(store), "applied": applied})  # a password never reaches a log
         return
-    emit(f"applied migration(s) {', '.join(map(str, pending))}" if pending else "the schema is up to date")
+    emit(f"applied migration(s) {', '.join(map(str, applied))}" if applied else "the schema is up to date")

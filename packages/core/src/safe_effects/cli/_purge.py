@@ -10,18 +10,21 @@ import typer
 from safe_effects._adapter_registry import load_adapters
 from safe_effects._purge import purge_settled
 
-from ._common import AsJson, StoreUrl, emit, opened, print_json
+from ._common import MAX_DAYS, AsJson, StoreUrl, emit, opened, print_json
 
 
 def purge(
     *,
     store: StoreUrl,
-    older_than: Annotated[int, typer.Option("--older-than", min=0, help="Days since a record last changed.")],
+    older_than: Annotated[
+        int, typer.Option("--older-than", min=0, max=MAX_DAYS, help="Days since a record last changed.")
+    ],
     force_min_days: Annotated[
         int | None,
         typer.Option(
             "--force-min-days",
             min=0,
+            max=MAX_DAYS,
             help="Lower the retention floor explicitly (default: 120 days, or the contracts of --adapters).",
         ),
     ] = None,

@@ -17,7 +17,21 @@ from safe_effects._errors import InvalidInput, MissingDependency
 from safe_effects._metrics import PrometheusObserver, serve
 from safe_effects._reconciler import Reconciler, ReconcileReport
 
-from ._common import DEBUG_ENV, AdaptersSpec, AsJson, StoreUrl, emit, error_line, fail, opened, print_json, say, table
+from ._common import (
+    DEBUG_ENV,
+    MAX_LIMIT,
+    MAX_PORT,
+    AdaptersSpec,
+    AsJson,
+    StoreUrl,
+    emit,
+    error_line,
+    fail,
+    opened,
+    print_json,
+    say,
+    table,
+)
 
 
 def _show(report: ReconcileReport, as_json: bool) -> None:
@@ -34,11 +48,14 @@ def reconcile(
     *,
     store: StoreUrl,
     adapters: AdaptersSpec = None,
-    limit: Annotated[int, typer.Option("--limit", min=1, help="Records per sweep.")] = 100,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=MAX_LIMIT, help="Records per sweep.")] = 100,
     loop: Annotated[bool, typer.Option("--loop", help="Sweep every --interval seconds until interrupted.")] = False,
     interval: Annotated[float, typer.Option("--interval", min=0.1)] = 30.0,
     metrics_port: Annotated[
-        int | None, typer.Option("--metrics-port", help="Serve this process's reconciler counters (with --loop).")
+        int | None,
+        typer.Option(
+            "--metrics-port", min=0, max=MAX_PORT, help="Serve this process's reconciler counters (with --loop)."
+        ),
     ] = None,
     cursor: Annotated[
         str | None,
