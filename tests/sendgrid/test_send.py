@@ -152,7 +152,7 @@ def test_the_same_key_with_another_message_is_a_conflict(
 def test_sdk_attributes_pass_through_with_an_explicit_timeout(sg: SendGridAPIClient, fake: FakeSendGrid) -> None:
     assert sg.host == fake.url
     assert sg.api_key == "SG.fake-key"
-    assert sg.client.timeout == 0.5
+    assert sg.client.timeout == 1.0  # the conftest client timeout
     assert callable(sg.reset_request_headers)
 
 
