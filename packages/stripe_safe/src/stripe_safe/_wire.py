@@ -29,12 +29,14 @@ def as_sent(value: Any) -> Any:
     """``value`` with the SDK's own encodings applied; the same object when there is nothing to encode."""
     if isinstance(value, str | int | float) or value is None:  # the common leaves first
         return value
-    if isinstance(value, Mapping):
-        encoded = {key: as_sent(item) for key, item in value.items()}
-        return value if all(encoded[key] is item for key, item in value.items()) else encoded
+    if isinstance(value, Mapping):  # copied only when something inside changes (rare): no copy per call
+        if all(as_sent(item) is item for item in value.values()):
+            return value
+        return {key: as_sent(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        items = [as_sent(item) for item in value]
-        return value if all(new is old for new, old in zip(items, value, strict=True)) else items
+        if all(as_sent(item) is item for item in value):
+            return value
+        return [as_sent(item) for item in value]
     if isinstance(value, datetime):
         return _timestamp(value)
     if isinstance(value, Decimal):
