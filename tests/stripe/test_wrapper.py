@@ -134,6 +134,20 @@ def test_invalid_key_explains_how_to_build_one(env: Env) -> None:
     assert env.fake.requests() == []
 
 
+def test_a_key_no_http_header_can_carry_is_refused_before_anything_is_recorded(env: Env) -> None:
+    """requests writes header values as Latin-1: a key with '€' failed inside the SDK after the claim, and the
+    intent went unknown although nothing was sent. It is refused up front, in both ways of naming it."""
+    key = "order:o_€1:collect:v1"
+    with pytest.raises(InvalidIntentKey, match="characters an HTTP header cannot carry"):
+        create(env, key=key)
+    with pytest.raises(InvalidIntentKey, match="characters an HTTP header cannot carry"):
+        env.client.for_intent(key)
+    assert env.fake.requests() == []
+    assert env.ledger.store.list_by_status(list(EffectStatus)) == []
+    latin = create(env, key="order:o_ü1:collect:v1")  # Latin-1 still goes, as it did
+    assert env.record("order:o_ü1:collect:v1").provider_result_id == latin.id
+
+
 def test_parameter_mismatch_is_refused_before_sending(env: Env) -> None:
     create(env)
     with pytest.raises(IntentConflict):

@@ -118,9 +118,22 @@ def _intent_key(options: RequestOptions | None) -> IntentKey:
     if not raw:
         raise MissingIntentKey(f"no idempotency_key: {KEY_HINT}")
     try:
-        return IntentKey.parse(raw)
+        return _header_safe(IntentKey.parse(raw))
     except InvalidIntentKey as bad:
         raise InvalidIntentKey(f"{bad}; {KEY_HINT}") from bad
+
+
+def _header_safe(key: IntentKey) -> IntentKey:
+    """``key``, if it fits the Idempotency-Key header: requests writes header values as Latin-1, and a key it
+    cannot write fails inside the SDK after the ledger recorded the attempt, as an unknown outcome."""
+    try:
+        key.encode("latin-1")
+    except UnicodeEncodeError:
+        raise InvalidIntentKey(
+            f"intent key {key!r} has characters an HTTP header cannot carry (it is sent as Idempotency-Key): "
+            "build keys from ids, in ASCII"
+        ) from None
+    return key
 
 
 def _refuse_write(method: str, via: str) -> None:
@@ -456,7 +469,7 @@ class StripeClient(stripe.StripeClient):
         parsed here, before anything is recorded or sent. An ``idempotency_key`` in ``options`` must then
         name the same intent.
         """
-        return self._view(self._requestor.viewed(intent=IntentKey.parse(intent_key)))
+        return self._view(self._requestor.viewed(intent=_header_safe(IntentKey.parse(intent_key))))
 
     def without_ledger(self, *, reason: str) -> stripe.StripeClient:
         """A plain SDK client (retries still off) for writes the caller has declared safe to repeat."""
