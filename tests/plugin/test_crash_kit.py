@@ -151,3 +151,12 @@ def test_disarming_takes_a_drop_trap_off_the_fake(fake_stripe: FakeStripe, safe_
 def test_a_plan_for_the_test_process_refuses_sigkill(safe_crash: CrashKit) -> None:
     with pytest.raises(ValueError, match=r"refusing action='sigkill'.*would end the test run.*worker_env"):
         safe_crash.plan("before_dispatch", action="sigkill")
+
+
+@pytest.mark.parametrize("point", ["after_dispatch", "after_provider_accept"])
+def test_a_point_only_a_fake_sees_is_refused_for_a_ledgers_plan(safe_crash: CrashKit, point: str) -> None:
+    """A ledger never reaches these points: a plan or worker environment naming one would never fire."""
+    with pytest.raises(ValueError, match=rf"{point} happens at the provider.*safe_crash\.at\(fake\.server"):
+        safe_crash.plan(point)
+    with pytest.raises(ValueError, match=rf"{point} happens at the provider"):
+        safe_crash.worker_env("before_dispatch", point)

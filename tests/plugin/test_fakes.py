@@ -4,6 +4,7 @@ a fake that is not serving has no URL to point an SDK at."""
 from __future__ import annotations
 
 import pytest
+import sendgrid
 
 from sendgrid_safe.testing import FakeSendGrid
 from stripe_safe.testing import FakeStripe
@@ -31,3 +32,19 @@ def test_both_fakes_count_effects_the_same_way() -> None:
         assert fake.effect_count() == fake.effect_count("mail.send") == 0
         with pytest.raises(ValueError, match=r"serves no operation 'mail\.sned'"):
             fake.effect_count("mail.sned")
+
+
+def test_fake_sendgrid_reset_forgets_what_its_server_recorded_too() -> None:
+    """One running fake serves many tests: after reset() neither the fake nor its server holds an old request."""
+    with FakeSendGrid() as fake:
+        client = sendgrid.SendGridAPIClient(api_key="SG.fake-key", host=fake.url)
+        body = {
+            "personalizations": [{"to": [{"email": "a@example.com"}]}],
+            "from": {"email": "b@example.com"},
+            "subject": "s",
+            "content": [{"type": "text/plain", "value": "v"}],
+        }
+        client.client.mail.send.post(request_body=body)
+        assert (len(fake.requests()), len(fake.server.exchanges)) == (1, 1)
+        fake.reset()
+        assert (len(fake.requests()), len(fake.server.exchanges), fake.effect_count()) == (0, 0, 0)

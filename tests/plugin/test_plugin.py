@@ -139,9 +139,32 @@ def test_a_fault_that_never_fired_fails_the_test_at_teardown(pytester: pytest.Py
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(
         [
-            "*1 fault(s) set up by this test never fired:",
+            "*1 fault(s) set up by this test never fired, or not as often as set up:",
             "*- fake_stripe: Fault(kind=<FaultKind.STATUS: 'status'>, status=503*",
             "*opt out with @pytest.mark.safe_effects(assert_all_fired=False)",
+        ]
+    )
+
+
+def test_a_fault_set_to_fire_twice_that_fired_once_says_so_at_teardown(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest, stripe
+        from stripe_safe.testing import server_error_fault
+
+        def test_it(fake_stripe):
+            fake_stripe.inject(server_error_fault(times=2))
+            client = stripe.StripeClient("sk_test_x", base_addresses={"api": fake_stripe.url}, max_network_retries=0)
+            with pytest.raises(stripe.StripeError):
+                client.v1.customers.create(params={"name": "a"}, options={"idempotency_key": "k"})
+        """
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*1 fault(s) set up by this test never fired, or not as often as set up:",
+            "*- fake_stripe: Fault(kind=<FaultKind.STATUS: 'status'>, status=500*(fired 1 of 2 times)",
         ]
     )
 
@@ -177,7 +200,7 @@ def test_an_unfired_cassette_fault_and_a_crash_trap_fail_at_teardown(pytester: p
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(
         [
-            "*2 fault(s) set up by this test never fired:",
+            "*2 fault(s) set up by this test never fired, or not as often as set up:",
             "*- safe_crash: Trap(point=<CrashPoint.AFTER_DISPATCH: 'after_dispatch'>, *pid=12345678*",
             "*- cassette charge.yaml: interaction 0 (POST /v1/payment_intents): status",
         ]
@@ -273,7 +296,10 @@ def test_a_marker_crash_point_never_hit_fails_the_test_at_teardown(pytester: pyt
     result = pytester.runpytest()
     result.assert_outcomes(passed=2, errors=1)
     result.stdout.fnmatch_lines(
-        ["*1 fault(s) set up by this test never fired:", "*- safe_ledger crash_at: during_receipt_persist"]
+        [
+            "*1 fault(s) set up by this test never fired, or not as often as set up:",
+            "*- safe_ledger crash_at: during_receipt_persist",
+        ]
     )
     result.stdout.no_fnmatch_line("*crash_at: before_dispatch*")
 

@@ -46,7 +46,7 @@ def safe_faults(request: pytest.FixtureRequest, safe_options: SafeEffectsOptions
     if unfired:
         listed = "\n".join(f"  - {line}" for line in unfired)
         pytest.fail(
-            f"{len(unfired)} fault(s) set up by this test never fired:\n{listed}\n"
+            f"{len(unfired)} fault(s) set up by this test never fired, or not as often as set up:\n{listed}\n"
             f"remove them, or opt out with {OPT_OUT}",
             pytrace=False,
         )

@@ -23,6 +23,19 @@ from ._http_fake import FakeHTTPServer, FakeRequest, Fault
 PROVIDER_SIDE = (CrashPoint.AFTER_DISPATCH, CrashPoint.AFTER_PROVIDER_ACCEPT)
 
 
+def _executor_side(points: tuple[CrashPoint | str, ...]) -> list[CrashPoint]:
+    """``points`` a ledger's CrashPlan can reach; a point only a fake sees would never fire there, so it is
+    refused, as :meth:`CrashKit.at` refuses the executor's points."""
+    checked = [CrashPoint(point) for point in points]
+    for point in checked:
+        if point in PROVIDER_SIDE:
+            raise ValueError(
+                f"{point} happens at the provider, where a ledger's crash plan never fires: use "
+                f"safe_crash.at(fake.server, {point.value!r}, pid=...) instead"
+            )
+    return checked
+
+
 @dataclass(eq=False)
 class Trap:
     """One armed crash point on a fake: fires once, on the first request it matches."""
@@ -75,6 +88,7 @@ class CrashKit:
     @staticmethod
     def plan(*points: CrashPoint | str, action: CrashAction = "raise") -> CrashPlan:
         """For ``Ledger(crash_plan=...)`` in this process: ``raise`` only (``sigkill`` would end the test run)."""
+        _executor_side(points)
         if action != "raise":
             raise ValueError(
                 f"refusing action={action!r} for a plan in the test process (sigkill would end the test run): "
@@ -87,7 +101,7 @@ class CrashKit:
         *points: CrashPoint | str, action: CrashAction = "sigkill", base: Mapping[str, str] | None = None
     ) -> dict[str, str]:
         """Environment for a worker process whose ledger uses ``CrashPlan.from_env()``."""
-        names = ",".join(CrashPoint(p).value for p in points)
+        names = ",".join(point.value for point in _executor_side(points))
         env = dict(os.environ if base is None else base)
         return {**env, "SAFE_EFFECTS_CRASH_AT": names, "SAFE_EFFECTS_CRASH_ACTION": action}
 

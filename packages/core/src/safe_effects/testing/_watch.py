@@ -27,5 +27,14 @@ class FaultWatch:
             for item in pending():
                 if id(item) not in seen:
                     seen.add(id(item))
-                    lines.append(f"{name}: {item if isinstance(item, str) else repr(item)}")
+                    lines.append(f"{name}: {_described(item)}")
         return lines
+
+
+def _described(item: object) -> str:
+    """A pending item for the teardown message; a fault set to fire several times says how often it did."""
+    text = item if isinstance(item, str) else repr(item)
+    times, fired = getattr(item, "times", None), getattr(item, "times_fired", None)
+    if isinstance(times, int) and isinstance(fired, int) and times > 1:
+        text += f" (fired {fired} of {times} times)"
+    return text

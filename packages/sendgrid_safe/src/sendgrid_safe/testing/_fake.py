@@ -72,7 +72,7 @@ class FakeSendGrid:
 
     def reset(self) -> None:
         """Forget messages, requests, faults and settings: one running fake can serve many tests."""
-        self.server.clear_faults()
+        self.server.reset()  # faults, and the server's recorded exchanges
         self.activity_enabled = True  # False: the account lacks the add-on, searches get 403
         self.activity_visible = True  # False: accepted messages are not indexed yet (activity lag)
         self.accept_body = b""  # SendGrid's 202 is empty; give it bytes to make a cut_body fault bite
