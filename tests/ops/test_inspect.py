@@ -25,7 +25,10 @@ def test_list_shows_unknowns_oldest_first_with_summary(ops: Ops) -> None:
     table = ops.cli("list")
     assert table.exit_code == 0
     assert "2 intent(s)" in table.stdout
+    assert "--limit shows more" not in table.stdout
     assert "amount=5000" in table.stdout
+    cut = ops.cli("list", "--limit", "1")
+    assert "1 intent(s) (the first 1: --limit shows more)" in cut.stdout  # a full page says there may be more
 
 
 def test_tables_print_intent_keys_as_they_are(ops: Ops) -> None:
@@ -91,6 +94,7 @@ def test_errors_are_one_line_on_stderr_without_traceback(ops: Ops) -> None:
     no_adapter = ops.cli("lookup", KEY, "--adapters", "no_such_module:adapters")
     assert no_adapter.exit_code == 1
     assert "cannot be loaded" in no_adapter.stderr
+    assert "PYTHONPATH=. safe-effects" in no_adapter.stderr  # the console script does not search the cwd
     bad_store = ops.cli("list", env={"SAFE_EFFECTS_STORE": "mysql://x"})
     assert bad_store.exit_code == 1
     assert "unknown store URL scheme" in bad_store.stderr

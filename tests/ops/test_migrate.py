@@ -32,6 +32,14 @@ def test_a_mistyped_sqlite_path_is_refused_and_no_file_appears(tmp_path: Path) -
     assert not (tmp_path / "typo.db").exists()
 
 
+def test_a_relative_sqlite_path_is_named_as_resolved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """sqlite:///tmp/x.db (three slashes) is tmp/x.db below the current directory: the refusal says so."""
+    monkeypatch.chdir(tmp_path)
+    listed = run("sqlite:///tmp/ledger.db", "list")
+    assert listed.exit_code == 1
+    assert f"(that is {tmp_path / 'tmp' / 'ledger.db'}; an absolute path is sqlite:////...)" in listed.stderr
+
+
 def test_an_unmigrated_store_is_refused_until_migrate_runs_once(fresh_store_url: Callable[[], str]) -> None:
     url = fresh_store_url()
     store = open_store(url)

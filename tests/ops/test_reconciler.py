@@ -174,6 +174,17 @@ def test_records_without_an_adapter_are_skipped(ops: Ops) -> None:
     assert ops.ledger.get("invoice:a:collect:v1").status == "unknown"
 
 
+def test_cli_reconcile_says_on_stderr_which_providers_it_skipped(ops: Ops) -> None:
+    """Skipping is no error (one reconciler per set of providers skips the others'), but never silent."""
+    ops.unknown("invoice:a:collect:v1")
+    result = ops.cli("reconcile")  # no --adapters, and no registered adapter for the generic fake
+    assert result.exit_code == 0, result.output
+    assert "reconciled: skipped=1" in result.stdout
+    assert "skipped records of fake: no adapter here" in result.stderr
+    assert "--adapters module:callable" in result.stderr
+    assert ops.ledger.get("invoice:a:collect:v1").status == "unknown"
+
+
 def test_cli_reconcile_reports_json(ops: Ops) -> None:
     ops.unknown("invoice:a:collect:v1")
     ops.unknown("invoice:b:collect:v1", happened=False)

@@ -183,6 +183,7 @@ def test_decline_keeps_the_record_unknown(ops: Ops) -> None:
     declined = ops.cli("decline", KEY, "--operator", "bob", "--reason", "no such charge on the statement")
     assert declined.exit_code == 0, declined.output
     assert ops.ledger.get(KEY) == record
+    assert "no such charge on the statement" in ops.cli("show", KEY).stdout  # the decision's reason is shown
     assert ops.cli("approve", KEY, "--operator", "carol").exit_code == 1
     # a fresh request can be made after a decline
     assert "pending:" in resolve(ops, "--as", "rejected", version=record.version, env=BIG).stdout

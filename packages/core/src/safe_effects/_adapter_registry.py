@@ -38,8 +38,10 @@ class RegisteredAdapters(Mapping[str, ProviderAdapter[Any]]):
             try:
                 self._built[provider] = point.load()(self._env)
             except Exception as error:  # whatever a factory raises, the operator needs its name and cause
+                # a factory reads its settings as env["NAME"]: a bare KeyError would print as just 'NAME'
+                cause = f"{error.args[0]} is not set" if isinstance(error, KeyError) and error.args else error
                 self._built[provider] = InvalidInput(
-                    f"the adapter for provider {provider!r} ({point.value}) could not be built: {error}"
+                    f"the adapter for provider {provider!r} ({point.value}) could not be built: {cause}"
                 )
         built = self._built[provider]
         if isinstance(built, InvalidInput):
@@ -65,7 +67,13 @@ def load_adapters(
     try:
         factory = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as error:
-        raise InvalidInput(f"--adapters {spec!r} cannot be loaded: {error}") from error
+        # the safe-effects command, unlike python -m, does not search the current directory
+        hint = (
+            " (a module in the current directory: PYTHONPATH=. safe-effects ...)"
+            if isinstance(error, ImportError)
+            else ""
+        )
+        raise InvalidInput(f"--adapters {spec!r} cannot be loaded: {error}{hint}") from error
     adapters = factory()
     if not isinstance(adapters, Mapping):
         raise InvalidInput(f"--adapters {spec!r} must return a dict of provider name -> adapter")

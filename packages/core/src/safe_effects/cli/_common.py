@@ -104,8 +104,12 @@ def opened(store: str, *, worker_id: str | None = None) -> Iterator[Ledger]:
     A command never creates or upgrades a store: a mistyped path must not answer "no unknowns" from a new
     empty ledger, and a migration is a step an operator plans (``safe-effects migrate``).
     """
-    if store.startswith(SQLITE_PREFIX) and not Path(store[len(SQLITE_PREFIX) :]).exists():
-        raise InvalidInput(f"no ledger at {store}: the file does not exist (create one with `safe-effects migrate`)")
+    if store.startswith(SQLITE_PREFIX) and not (path := Path(store[len(SQLITE_PREFIX) :])).exists():
+        # sqlite:///x.db is x.db in the current directory; an absolute path takes four slashes
+        where = "" if path.is_absolute() else f" (that is {path.absolute()}; an absolute path is sqlite:////...)"
+        raise InvalidInput(
+            f"no ledger at {store}{where}: the file does not exist (create one with `safe-effects migrate`)"
+        )
     with Ledger(open_store(store), worker_id=worker_id) as ledger:
         pending = ledger.store.pending_migrations()
         if pending:

@@ -65,7 +65,8 @@ def list_effects(
         for r in records
     ]
     columns = ["age", "tenant", "intent key", "provider", "operation", "status", "v", "last error", "summary"]
-    emit(table(f"{len(records)} intent(s)", columns, rows))
+    more = f" (the first {limit}: --limit shows more)" if len(records) == limit else ""
+    emit(table(f"{len(records)} intent(s){more}", columns, rows))
 
 
 def show(key: str, *, store: StoreUrl, tenant: Tenant = DEFAULT_TENANT, as_json: AsJson = False) -> None:
@@ -100,9 +101,18 @@ def show(key: str, *, store: StoreUrl, tenant: Tenant = DEFAULT_TENANT, as_json:
         emit(
             table(
                 "approval requests",
-                ["asked", "by", "as", "at v", "state", "decided by", "reason"],
+                ["asked", "by", "as", "at v", "state", "decided by", "reason", "decision reason"],
                 [
-                    [a.created_at, a.requested_by, a.to_status, a.expected_version, a.state, a.decided_by, a.reason]
+                    [
+                        a.created_at,
+                        a.requested_by,
+                        a.to_status,
+                        a.expected_version,
+                        a.state,
+                        a.decided_by,
+                        a.reason,
+                        a.decision_reason,
+                    ]
                     for a in approvals
                 ],
             )

@@ -82,6 +82,12 @@ def reconcile(
         if not loop:
             report = reconciler.run_once(limit=limit)
             _show(report, as_json)
+            if skipped := sorted({i.provider for i in report.items if i.outcome == "skipped"}):
+                # not an error (one reconciler per provider set skips the others'), but never silent
+                say(
+                    f"skipped records of {', '.join(skipped)}: no adapter here; install the provider's package "
+                    "or pass --adapters module:callable"
+                )
             if failed := report.counts().get("error", 0):  # a cron job or a script must see it, not only a reader
                 fail(f"error: {failed} record(s) could not be reconciled (see their note); they are left as they were")
             return
