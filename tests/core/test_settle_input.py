@@ -194,3 +194,25 @@ def test_a_compensation_whose_params_are_not_an_object_is_refused_before_anythin
     assert world.ledger.get(KEY) == confirmed
     assert world.ledger.store.get("default", "invoice:inv_7:refund:v1") is None
     assert len(world.fake.effects()) == 1
+
+
+class Events:
+    """An Observer that keeps what it was told."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, dict[str, str]]] = []
+
+    def on_event(self, event: str, labels: Any) -> None:
+        self.seen.append((event, dict(labels)))
+
+
+def test_only_the_records_own_provider_can_contradict_a_confirmed_effect(world: World) -> None:
+    world.ledger.settle(world.record, EffectStatus.CONFIRMED, resolution=BY_HAND, actor="a")
+    events = Events()
+    world.ledger.observer = events
+    refused = {"verdict": EvidenceVerdict.REJECTS, "kind": "dropped"}
+    assert world.ledger.record_evidence(evidence(provider="elsewhere", event_id="e-other", **refused))
+    assert [name for name, _ in events.seen] == []  # another provider's event decides nothing here
+    assert world.ledger.record_evidence(evidence(event_id="e-own", **refused))
+    assert [(name, labels["kind"]) for name, labels in events.seen] == [("contradicting_evidence", "dropped")]
+    assert world.ledger.get(KEY).status is EffectStatus.CONFIRMED

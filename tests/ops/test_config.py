@@ -73,7 +73,7 @@ def test_registered_adapters_load_lazily_and_name_a_broken_factory(
     assert adapters["fake"].provider == "fake"
     with pytest.raises(InvalidInput, match="provider 'broken'"):
         adapters["broken"]
-    with pytest.raises(InvalidInput, match="could not be built: SAFE_EFFECTS_OPS_FAKE is not set"):
+    with pytest.raises(InvalidInput, match="could not be built: SAFE_EFFECTS_OPS_FAKE is not set in the environment"):
         RegisteredAdapters({})["fake"]  # a missing variable is named, not a KeyError from deep inside
 
 

@@ -283,8 +283,10 @@ def confirming_refused(url: str) -> Iterator[type[Exception]]:
                 "CREATE TRIGGER refuse_confirming BEFORE UPDATE ON effect_intents WHEN NEW.status = 'confirmed' "
                 "BEGIN SELECT RAISE(ABORT, 'disk fault'); END"
             )
-            yield sqlite3.DatabaseError
-            conn.execute("DROP TRIGGER refuse_confirming")
+            try:
+                yield sqlite3.DatabaseError
+            finally:
+                conn.execute("DROP TRIGGER refuse_confirming")
         return
     import psycopg
     from psycopg import sql
@@ -302,8 +304,11 @@ def confirming_refused(url: str) -> Iterator[type[Exception]]:
                 "WHEN (NEW.status = 'confirmed') EXECUTE FUNCTION {}()"
             ).format(table, refuse)
         )
-        yield psycopg.Error
-        conn.execute(sql.SQL("DROP TRIGGER refuse_confirming ON {}").format(table))
+        try:
+            yield psycopg.Error
+        finally:
+            conn.execute(sql.SQL("DROP TRIGGER refuse_confirming ON {}").format(table))
+            conn.execute(sql.SQL("DROP FUNCTION {}()").format(refuse))
 
 
 def test_an_approval_whose_settle_fails_stays_pending_with_the_record_unknown(ops: Ops) -> None:

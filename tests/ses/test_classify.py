@@ -92,6 +92,12 @@ def test_any_other_client_error_status_is_a_final_refusal(code: str, status: int
     assert (verdict.outcome, verdict.error_code) == (Outcome.FINAL, code or None)
 
 
+@pytest.mark.parametrize(("code", "status"), [("ExpiredTokenException", 403), ("OptInRequired", 403), ("", 401)])
+def test_an_auth_refusal_under_an_unlisted_code_defers_the_send(code: str, status: int) -> None:
+    verdict = classify(client_error(code, status))
+    assert (verdict.outcome, verdict.retry_after) == (Outcome.RETRYABLE, 60.0)
+
+
 @pytest.mark.parametrize("status", [408, 429])
 def test_not_now_statuses_with_an_unlisted_code_are_retryable(status: int) -> None:
     verdict = classify(client_error("SlowDown", status))

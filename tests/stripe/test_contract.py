@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from decimal import Decimal
+
 import pytest
+import stripe
 
 from safe_effects import DEFAULT_TENANT, ApprovalThresholds, IntentKey, LookupKind, ParameterMatching
 from stripe_safe import METADATA_INTENT, METADATA_TENANT, contract_for, operation_for, provider_key, search_query
 from stripe_safe._contract import deleted_object_type, read_params, retrieve_paths, stamp_metadata, summary_for
+from stripe_safe._wire import as_sent
 from stripe_safe.testing._form import decode_form, parse_search
 
 
@@ -39,9 +44,7 @@ def test_retrieve_paths_name_the_object_the_write_produced_most_likely_first() -
     assert retrieve_paths("/v1/payouts/po_1A/reverse", "po_2B") == [
         "/v1/payouts/po_1A/reverse/po_2B", "/v1/payouts/po_2B",
     ]  # fmt: skip
-    assert retrieve_paths("/v1/tax/transactions/create_from_calculation", "tax_1") == [
-        "/v1/tax/transactions/create_from_calculation/tax_1", "/v1/tax/transactions/tax_1",
-    ]  # fmt: skip
+    assert retrieve_paths("/v2/core/accounts", "acct_1") == ["/v2/core/accounts/acct_1"]  # a create: no guess
 
 
 def test_provider_key_is_the_intent_for_the_default_tenant_and_qualified_otherwise() -> None:
@@ -145,3 +148,27 @@ def test_read_params_carry_the_shape_of_the_writes_answer() -> None:
     assert read_params("/v2/core/accounts", {"include": ["identity"], "expand": ["x"]}) == {"include": ["identity"]}
     assert read_params("/v1/payment_intents", {"include": ["x"]}) is None
     assert read_params("/oauth/token", {"expand": ["x"]}) is None
+
+
+def test_as_sent_applies_the_sdks_form_encodings_and_copies_nothing_else() -> None:
+    at = datetime(2027, 1, 1, tzinfo=UTC)
+    customer = stripe.StripeObject.construct_from({"id": "cus_1", "object": "customer"}, "sk_test_x")
+    plain = {"amount": 2000, "currency": "eur", "items": [{"price": "price_1"}], "confirm": True}
+    assert as_sent(plain) is plain
+    sent = as_sent({"trial_end": at, "customer": customer, "rate": Decimal("1.50"), "items": [{"at": at}], "at": [at]})
+    # the SDK converts a mapping's values and writes a Decimal's text anywhere; a datetime directly in a list it
+    # writes as str(), so it stays for the digest to refuse
+    assert sent == {
+        "trial_end": 1798761600,
+        "customer": "cus_1",
+        "rate": "1.50",
+        "items": [{"at": 1798761600}],
+        "at": [at],
+    }
+    nested: object = Decimal("2")
+    for _ in range(40):  # each level encoded once: deep nesting stays linear
+        nested = {"a": nested}
+    unwrapped = as_sent(nested)
+    for _ in range(40):
+        unwrapped = unwrapped["a"]
+    assert unwrapped == "2"

@@ -39,7 +39,8 @@ class RegisteredAdapters(Mapping[str, ProviderAdapter[Any]]):
                 self._built[provider] = point.load()(self._env)
             except Exception as error:  # whatever a factory raises, the operator needs its name and cause
                 # a factory reads its settings as env["NAME"]: a bare KeyError would print as just 'NAME'
-                cause = f"{error.args[0]} is not set" if isinstance(error, KeyError) and error.args else error
+                missing = isinstance(error, KeyError) and bool(error.args) and error.args[0] not in self._env
+                cause = f"{error.args[0]} is not set in the environment" if missing else error
                 self._built[provider] = InvalidInput(
                     f"the adapter for provider {provider!r} ({point.value}) could not be built: {cause}"
                 )
@@ -68,11 +69,8 @@ def load_adapters(
         factory = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as error:
         # the safe-effects command, unlike python -m, does not search the current directory
-        hint = (
-            " (a module in the current directory: PYTHONPATH=. safe-effects ...)"
-            if isinstance(error, ImportError)
-            else ""
-        )
+        unfound = isinstance(error, ModuleNotFoundError) and error.name == module_name.partition(".")[0]
+        hint = " (a module in the current directory: PYTHONPATH=. safe-effects ...)" if unfound else ""
         raise InvalidInput(f"--adapters {spec!r} cannot be loaded: {error}{hint}") from error
     adapters = factory()
     if not isinstance(adapters, Mapping):

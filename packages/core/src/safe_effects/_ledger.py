@@ -341,7 +341,8 @@ class Ledger:
                     record = self._unknown_again(record, reason)  # reopened, then the provider spoke: settle it
                 if record.status is S.UNKNOWN:
                     record = self._settle_by_evidence(record) or record
-            if record.status is S.CONFIRMED and evidence.verdict is EvidenceVerdict.REJECTS:
+            refuses = evidence.verdict is EvidenceVerdict.REJECTS and evidence.provider == record.provider
+            if record.status is S.CONFIRMED and refuses:  # another provider's event decides nothing here
                 self._contradicted(record, evidence)
         return True
 

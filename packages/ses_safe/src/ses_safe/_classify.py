@@ -58,6 +58,8 @@ RETRYABLE_CODES = frozenset({"Throttling", "TooManyRequestsException"})
 # InvalidParameterValue, 400): nothing was queued, and no event will ever come to settle it. 408 and 429 say
 # "not now", not "never". 5xx and a code without a status stay unknown.
 RETRYABLE_STATUSES = frozenset({408, 429})
+# 401 and 403 under any other code (a JSON API's ExpiredTokenException, OptInRequired) are auth refusals too
+CREDENTIAL_STATUSES = frozenset({401, 403})
 # Raised while boto3 resolves credentials to sign with (no credentials, an instance-metadata or container
 # endpoint timing out, an expired SSO token): before any request, so the send goes once they are back.
 CREDENTIAL_ERRORS = (
@@ -87,6 +89,8 @@ def classify(error: BaseException) -> Verdict:
         status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
         if status in RETRYABLE_STATUSES:
             return Verdict.of(error, Outcome.RETRYABLE, code or None)
+        if status in CREDENTIAL_STATUSES:  # an auth refusal under a code not listed above
+            return Verdict.credentials_refused(error, code or None)
         if isinstance(status, int) and 400 <= status < 500:
             return Verdict.of(error, Outcome.FINAL, code or None)
         return Verdict.of(error, Outcome.UNKNOWN, code or None)

@@ -43,7 +43,6 @@ from safe_effects import (
 from ._adapter import StripeAdapter, StripeCall, scope_options
 from ._contract import (
     CONNECT_TIMEOUT,
-    MOVES_MONEY,
     NO_READ_BACK,
     READ_TIMEOUT,
     RESERVED_HEADERS,
@@ -282,13 +281,13 @@ class _LedgerRequestor(_APIRequestor):
         """The answer to a repeated call of a confirmed intent: a GET of the recorded object, shaped by the call's
         ``expand`` / ``include``; else Stripe's saved answer by a same-key replay."""
         path: str = request.params["path"]
-        nothing_to_get = record.provider_result_id is None and request.operation not in MOVES_MONEY
-        if request.operation in NO_READ_BACK or nothing_to_get:  # an account link, an OAuth token, a portal session
+        if request.operation in NO_READ_BACK:  # an account link, an OAuth token, a portal session: nothing to GET
             return self._replayed(record, request)
         if record.provider_result_id is None:
             raise AnswerUnavailable(record, "no object id was recorded to read it back by")
         missing: stripe.InvalidRequestError | None = None
-        for where in retrieve_paths(path, record.provider_result_id):
+        tried = retrieve_paths(path, record.provider_result_id)
+        for where in tried:
             try:
                 return self.transport.read(where, read_params(path, caller), read)  # a read, never a write
             except stripe.InvalidRequestError as error:
@@ -299,7 +298,7 @@ class _LedgerRequestor(_APIRequestor):
             # most deleted objects are gone for a GET: answer with Stripe's own shape of a delete's answer
             gone = {"id": record.provider_result_id, "object": deleted_object_type(path), "deleted": True}
             return _convert_to_stripe_object(resp=gone, requestor=self.transport, api_mode="V1")
-        why = f"GET {where} found nothing (written with another API key or account?)"
+        why = f"GET {' and '.join(tried)} found nothing (written with another API key or account?)"
         raise AnswerUnavailable(record, why) from missing  # never a resend: the write is confirmed
 
     def _replayed(self, record: EffectRecord, request: EffectRequest) -> stripe.StripeObject:

@@ -172,16 +172,18 @@ def deleted_object_type(path: str) -> str:
 
 
 def retrieve_paths(path: str, result_id: str) -> list[str]:
-    """Where to GET the object a POST to ``path`` produced, most likely first: the path up to its id, or the
-    collection + id; for a new object of an action, also its sibling in the acted-on object's collection (a
-    payout's ``/reverse`` makes a payout: ``/v1/payouts/po_2``; ``/v1/tax/transactions/create_from_calculation``
-    a ``/v1/tax/transactions/tax_1``), which a sub-collection's path (``/v1/transfers/tr_1/reversals``) misses."""
+    """Where to GET the object a POST to ``path`` produced, in the order to try: the path up to its id, or the
+    path + id (a create, a sub-collection: ``/v1/transfers/tr_1/reversals/trr_1``); after an action on an
+    object, also the acted-on object's collection + id, for an action that makes another object of the same
+    kind (a payout's ``/reverse`` makes a payout: ``/v1/payouts/po_2``)."""
     segments = path.split("?", 1)[0].rstrip("/").split("/")
     if result_id in segments:
         return ["/".join(segments[: segments.index(result_id) + 1])]
-    ids = [i for i, segment in enumerate(segments) if i > 1 and _is_id(segment)]
-    sibling = segments[: ids[0]] if ids else segments[:-1]
-    return ["/".join([*segments, result_id])] + (["/".join([*sibling, result_id])] if len(sibling) > 2 else [])
+    paths = ["/".join([*segments, result_id])]
+    acted_on = [i for i, segment in enumerate(segments[:-1]) if i > 1 and _is_id(segment)]
+    if acted_on:
+        paths.append("/".join([*segments[: acted_on[0]], result_id]))
+    return paths
 
 
 # The param that shapes an answer (which fields come expanded), by API version: a read-back asks for the same shape.
@@ -204,17 +206,20 @@ def read_params(path: str, params: Mapping[str, Any]) -> dict[str, Any] | None:
     return {name: params[name]}
 
 
-# Creates whose answer no GET serves (no id, or no retrieve endpoint): a repeated call is answered by Stripe's
-# replay of the same key. None moves money: were the key forgotten, the replay would act again. (Any other
-# answer recorded without an id is replayed too, unless its operation is in MOVES_MONEY.)
+# Writes whose answer no GET serves (no id, or no retrieve endpoint): a repeated call is answered by Stripe's
+# replay of the same key. None moves money: were the key forgotten, the replay would act again.
 NO_READ_BACK = frozenset(
     {
         "account_links.create",
         "account_sessions.create",
+        "accounts.login_links",
         "billing.meter_events",
         "billing_portal.sessions",
         "customer_sessions.create",
+        "deauthorize.create",  # POST /oauth/deauthorize
         "ephemeral_keys.create",
+        "terminal.connection_tokens",
+        "token.create",  # POST /oauth/token
     }
 )
 
