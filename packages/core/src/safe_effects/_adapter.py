@@ -48,6 +48,26 @@ class Verdict:
         never final, with a hint long enough that the executor defers the call rather than retry it at once."""
         return cls.of(error, Outcome.RETRYABLE, code, retry_after=CREDENTIALS_RETRY_AFTER)
 
+    @classmethod
+    def of_status(
+        cls, error: BaseException, status: object, code: str | None = None, *, retry_after: float | None = None
+    ) -> Verdict:
+        """What an HTTP status alone says, for an answer no finer rule of the provider's classified.
+
+        401 and 403 refused the credentials (see :meth:`credentials_refused`); 408 and 429 mean "not now"
+        (retryable, after ``retry_after`` when the answer gave one); any other 4xx refused the request as sent
+        (final: nothing was done, and nothing will come to settle it). A 5xx, or no status, is unknown: the
+        provider may have acted. A provider where some 4xx may follow an effect (Stripe's 409 for a key still
+        running) checks that case first.
+        """
+        if status in (401, 403):
+            return cls.credentials_refused(error, code)
+        if status in (408, 429):
+            return cls.of(error, Outcome.RETRYABLE, code, retry_after=retry_after)
+        if isinstance(status, int) and 400 <= status < 500:
+            return cls.of(error, Outcome.FINAL, code)
+        return cls.of(error, Outcome.UNKNOWN, code)
+
 
 class LookupStatus(StrEnum):
     FOUND = "found"  # the provider acted: confirm

@@ -91,18 +91,6 @@ CONTRACT = ProviderContract(
     ),
 )
 
-# the refusals python_http_client names; any other 4xx (409, 422...) is final too, but 408, like 429, is "not now"
-_REQUEST_TIMEOUT = 408
-_FINAL = (
-    phc.BadRequestsError,
-    phc.NotFoundError,
-    phc.MethodNotAllowedError,
-    phc.PayloadTooLargeError,
-    phc.UnsupportedMediaTypeError,
-)
-# the API key refused (401), or not allowed this send (403: a scope, an unverified sender identity): SendGrid
-# considered no message, so the intent waits for the account to be fixed instead of ending rejected
-_CREDENTIALS = (phc.UnauthorizedError, phc.ForbiddenError)
 # raised by http.client after the request left the socket: the server may have acted
 _AFTER_SEND = (TimeoutError, ConnectionResetError, http.client.HTTPException)
 
@@ -110,15 +98,11 @@ _AFTER_SEND = (TimeoutError, ConnectionResetError, http.client.HTTPException)
 def classify(error: BaseException) -> Verdict:
     """Definitive only where the request provably did not take effect; everything else is unknown."""
     if isinstance(error, phc.HTTPError):
+        # 401 the API key, 403 a scope or an unverified sender identity: SendGrid considered no message, so the
+        # intent waits for the account to be fixed; 429/408 retryable after SendGrid's hint; any other 4xx
+        # refused the message; 5xx unknown
         status = getattr(error, "status_code", None)
-        code = f"http_{status}"
-        if isinstance(error, _CREDENTIALS):
-            return Verdict.credentials_refused(error, code)
-        if isinstance(error, phc.TooManyRequestsError) or status == _REQUEST_TIMEOUT:
-            return Verdict.of(error, Outcome.RETRYABLE, code, retry_after=retry_after(error.headers))
-        if isinstance(error, _FINAL) or (isinstance(status, int) and 400 <= status < 500):
-            return Verdict.of(error, Outcome.FINAL, code)  # SendGrid refused the request as sent
-        return Verdict.of(error, Outcome.UNKNOWN, code)  # 500, 502, 503, 504 and any other status
+        return Verdict.of_status(error, status, f"http_{status}", retry_after=retry_after(error.headers))
     if isinstance(error, urllib.error.URLError):
         return _url_error(error)
     if isinstance(error, ConnectionRefusedError):

@@ -54,12 +54,6 @@ CREDENTIAL_CODES = frozenset(
 )
 # Rate or daily quota exceeded: SES drops the request, the same send may go again later.
 RETRYABLE_CODES = frozenset({"Throttling", "TooManyRequestsException"})
-# Any other 4xx is a refusal of the request as sent (v1 answers a malformed address or tag with
-# InvalidParameterValue, 400): nothing was queued, and no event will ever come to settle it. 408 and 429 say
-# "not now", not "never". 5xx and a code without a status stay unknown.
-RETRYABLE_STATUSES = frozenset({408, 429})
-# 401 and 403 under any other code (a JSON API's ExpiredTokenException, OptInRequired) are auth refusals too
-CREDENTIAL_STATUSES = frozenset({401, 403})
 # Raised while boto3 resolves credentials to sign with (no credentials, an instance-metadata or container
 # endpoint timing out, an expired SSO token): before any request, so the send goes once they are back.
 CREDENTIAL_ERRORS = (
@@ -86,14 +80,11 @@ def classify(error: BaseException) -> Verdict:
             return Verdict.credentials_refused(error, code)
         if code in FINAL_CODES:
             return Verdict.of(error, Outcome.FINAL, code)
+        # any other code by its status: a 4xx refused the request as sent (v1 answers a malformed address or
+        # tag with InvalidParameterValue, 400) and no event will ever come to settle it; a 401/403 under an
+        # unlisted code (ExpiredTokenException, OptInRequired) is an auth refusal; 5xx or none stays unknown
         status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        if status in RETRYABLE_STATUSES:
-            return Verdict.of(error, Outcome.RETRYABLE, code or None)
-        if status in CREDENTIAL_STATUSES:  # an auth refusal under a code not listed above
-            return Verdict.credentials_refused(error, code or None)
-        if isinstance(status, int) and 400 <= status < 500:
-            return Verdict.of(error, Outcome.FINAL, code or None)
-        return Verdict.of(error, Outcome.UNKNOWN, code or None)
+        return Verdict.of_status(error, status, code or None)
     if isinstance(error, CREDENTIAL_ERRORS):  # boto3 had nothing to sign with: nothing was sent
         return Verdict.credentials_refused(error)
     if isinstance(error, CLIENT_SIDE_ERRORS):
