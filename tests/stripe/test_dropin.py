@@ -6,6 +6,7 @@ serves, v2 typed refusals and OAuth refusals: the real SDK over HTTP to FakeStri
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
@@ -60,6 +61,35 @@ def test_a_header_that_would_replace_the_key_or_the_account_is_refused_before_an
     assert env.fake.requests() == []
     assert env.fake.effect_count("payment_intents.create") == 0
     assert env.ledger.store.list_by_status(list(EffectStatus)) == []
+
+
+def test_an_async_write_is_refused_before_anything_is_recorded_or_sent(env: Env) -> None:
+    """The ledger guards the synchronous calls only: an async create must fail loudly, not charge unguarded."""
+    create = env.client.v1.payment_intents.create_async(params=PI, options={"idempotency_key": KEY})  # type: ignore[arg-type]
+    with pytest.raises(NotImplementedError, match="async POSTs are not guarded by the ledger"):
+        asyncio.run(create)
+    assert env.fake.requests() == []
+    assert env.fake.effect_count("payment_intents.create") == 0
+    assert env.ledger.store.list_by_status(list(EffectStatus)) == []
+
+
+def test_async_reads_work_as_on_the_raw_sdk(env: Env) -> None:
+    """Like ``stripe.StripeClient``'s default transport, the wrapper's reads ``*_async`` through httpx."""
+    created = env.client.v1.payment_intents.create(params=PI, options={"idempotency_key": KEY})
+    transport = env.client._requestor._client  # the wrapper's default: a RequestsClient with an async fallback
+    assert transport is not None
+
+    async def read_then_close() -> stripe.PaymentIntent:
+        try:
+            return await env.client.v1.payment_intents.retrieve_async(created.id)
+        finally:  # httpx's pool belongs to this event loop: closed with it, as any async SDK user must
+            await transport.close_async()
+
+    read = asyncio.run(read_then_close())
+    assert (read.id, read.amount) == (created.id, PI["amount"])
+    assert len(env.fake.requests("GET", f"/v1/payment_intents/{created.id}")) == 1
+    assert env.fake.effect_count("payment_intents.create") == 1
+    assert env.record().status is EffectStatus.CONFIRMED
 
 
 @pytest.mark.parametrize("headers", [{"X-Trace-Id": "trace-1"}, [("X-Trace-Id", "trace-1")]])

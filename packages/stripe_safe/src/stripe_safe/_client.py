@@ -17,6 +17,7 @@ from typing import Any
 import stripe
 from stripe._api_requestor import _APIRequestor
 from stripe._base_address import BaseAddress, BaseAddresses
+from stripe._http_client import new_http_client_async_fallback
 from stripe._oauth_service import OAuthService
 from stripe._request_options import RequestOptions
 from stripe._requestor_options import RequestorOptions
@@ -417,7 +418,13 @@ class StripeClient(stripe.StripeClient):
                 "configure them on the stripe.RequestsClient instead"
             )
         if http_client is None:
-            http_client = stripe.RequestsClient(timeout=timeout, verify_ssl_certs=verify_ssl_certs, proxy=proxy)
+            http_client = stripe.RequestsClient(
+                timeout=timeout,
+                verify_ssl_certs=verify_ssl_certs,
+                proxy=proxy,
+                # as stripe.StripeClient's default: async reads go through httpx (or aiohttp) where installed
+                async_fallback_client=new_http_client_async_fallback(proxy=proxy, verify_ssl_certs=verify_ssl_certs),
+            )
         elif not isinstance(http_client, stripe.RequestsClient):
             raise TypeError("stripe_safe classifies transport errors from requests: pass a stripe.RequestsClient")
         else:  # requests sends a session's headers with every call, over the SDK's own
