@@ -28,7 +28,6 @@ from safe_effects import (
     InvalidInput,
     InvalidIntentKey,
     InvalidTenant,
-    LeaseLost,
     LeasePolicy,
     Ledger,
     RetryPolicy,
@@ -565,7 +564,9 @@ def test_crash_during_receipt_persist_rolls_back_the_confirm(store_url: str, tmp
     assert len(env.fake.effects()) == 1
 
 
-def test_late_finisher_after_takeover_leaves_evidence_and_gets_lease_lost(store_url: str, tmp_path: Path) -> None:
+def test_late_finisher_after_takeover_leaves_evidence_that_settles_and_gets_its_receipt(
+    store_url: str, tmp_path: Path
+) -> None:
     env = make_env(store_url, tmp_path, dedupe=False, lookups=False)
     taker = env.other_ledger()
 
@@ -577,10 +578,10 @@ def test_late_finisher_after_takeover_leaves_evidence_and_gets_lease_lost(store_
                 taker.execute(env.adapter, CHARGE, intent_key=KEY)
             return result
 
-    with pytest.raises(LeaseLost):
-        env.ledger.execute(SlowAdapter(env.fake, env.adapter.contract), CHARGE, intent_key=KEY)
+    receipt = env.ledger.execute(SlowAdapter(env.fake, env.adapter.contract), CHARGE, intent_key=KEY)
 
     record = env.record()
+    assert receipt.record == record
     assert record.status is EffectStatus.CONFIRMED
     assert record.provider_result_id == "fx_1"
     assert record.resolution is not None

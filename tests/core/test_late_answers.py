@@ -28,6 +28,7 @@ from safe_effects import (
     Ledger,
     LookupResult,
     LookupStatus,
+    Receipt,
     RetryPolicy,
 )
 from safe_effects.testing import (
@@ -64,10 +65,15 @@ def test_one_workers_late_responses_on_two_intents_are_both_kept(open_ledger: Op
             return result
 
     keys = ("invoice:inv_1:collect:v1", "invoice:inv_2:collect:v1")
-    for key in keys:
-        with pytest.raises(LeaseLost):
-            slow_worker.execute(AnswersAfterTakeover(fake, contract, lookups_enabled=False), CHARGE, intent_key=key)
+    receipts = [
+        slow_worker.execute(AnswersAfterTakeover(fake, contract, lookups_enabled=False), CHARGE, intent_key=key)
+        for key in keys
+    ]
 
+    # each late answer, kept as evidence, settled its unknown intent: the slow worker's caller gets it as on time
+    assert [(r.record.status, r.record.provider_result_id) for r in receipts] == [
+        (EffectStatus.CONFIRMED, effect.result_id) for effect in fake.effects()
+    ]
     assert len(fake.effects()) == 2
     for key in keys:
         evidence = slow_worker.store.evidence_for("default", key)
@@ -105,6 +111,40 @@ def test_a_superseded_attempts_late_decline_does_not_reject_a_later_send(
     record = worker_a.get(key)
     assert (record.status, record.attempt_count) == (EffectStatus.UNKNOWN, 2)
     assert [e.verdict for e in worker_a.store.evidence_for("default", key)] == [EvidenceVerdict.INFORMATIONAL]
+
+
+@pytest.mark.parametrize(("answers_attempt", "settled"), [(1, EffectStatus.UNKNOWN), (2, EffectStatus.REJECTED)])
+def test_a_late_refusal_settles_only_the_attempt_it_answers(
+    open_ledger: OpenLedger, tmp_path: Path, answers_attempt: int, settled: EffectStatus
+) -> None:
+    """A late worker reads the record (attempt 1) and files its refusal, but the intent was sent again between
+    its read and its write: the refusal names attempt 1 and settles nothing, since attempt 2 may have acted."""
+    key = "order:o_1:notify:v1"
+    clock = FakeClock()
+    fake = GenericFakeProvider(tmp_path / "fake.db", dedupe=False, clock=clock)
+    adapter = GenericFakeAdapter(fake, generic_contract(dedupe=False, lookup_proves_absence=True))
+    ledger = open_ledger(clock=clock, retry=NO_WAIT)
+    fake.fail_next(FakeFailure.LOST_BEFORE_COMMIT, FakeFailure.LOST_AFTER_COMMIT)
+    for _ in range(2):  # attempt 1 lost before the provider acted; the retry proves it absent, attempt 2 acts
+        with pytest.raises(EffectUnknown):
+            ledger.execute(adapter, CHARGE, intent_key=key)
+    assert (ledger.get(key).status, ledger.get(key).attempt_count, len(fake.effects())) == (EffectStatus.UNKNOWN, 2, 1)
+
+    late = Evidence(
+        tenant="default",
+        intent_key=key,
+        provider="fake",
+        source="late_response",  # what a late worker files
+        event_id=f"worker-a:default:{key}:2",
+        kind="rejected",
+        verdict=EvidenceVerdict.REJECTS,
+        received_at=clock(),
+        detail={"worker": "worker-a", "attempt": answers_attempt},
+    )
+    assert ledger.record_evidence(late)
+
+    assert ledger.get(key).status is settled
+    assert len(fake.effects()) == 1
 
 
 class LaggingSearch(GenericFakeAdapter):
@@ -287,11 +327,11 @@ def test_a_late_answer_while_reopened_is_reconciled_not_resent(
     worker_a, worker_b = open_ledger(clock=clock, retry=NO_WAIT), open_ledger(clock=clock, retry=NO_WAIT)
     if late is not None:
         fake.fail_next(late)
-    outcome: list[BaseException] = []
+    outcome: list[Receipt | LeaseLost] = []
 
     def a_sends() -> None:
         try:
-            worker_a.execute(adapter, CHARGE, intent_key=key)
+            outcome.append(worker_a.execute(adapter, CHARGE, intent_key=key))
         except LeaseLost as lost:
             outcome.append(lost)
 
@@ -302,7 +342,15 @@ def test_a_late_answer_while_reopened_is_reconciled_not_resent(
     assert worker_b.reconcile(adapter, intent_key=key).status is EffectStatus.PREPARED  # not at the provider yet
     adapter.release.set()
     thread.join(10)
-    assert len(outcome) == 1  # A's answer came after its lease: kept as evidence
+    # A's answer came after its lease, and was kept as evidence: a confirmation settles the reopened intent
+    # (A's caller gets it as on time); a timeout says nothing, and A's caller learns the lease was lost
+    [a_got] = outcome
+    if late is None:
+        assert isinstance(a_got, Receipt)
+        assert a_got.record.status is EffectStatus.CONFIRMED
+    else:
+        assert isinstance(a_got, LeaseLost)
+        assert a_got.record.status is EffectStatus.UNKNOWN
 
     receipt = worker_b.execute(adapter, CHARGE, intent_key=key)  # the caller retries
 

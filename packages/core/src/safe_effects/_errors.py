@@ -15,8 +15,8 @@
     │   ├── EffectUnknown             the provider may have acted: reconcile, never retry blindly
     │   ├── EffectRejected            the provider refused definitively: no effect
     │   ├── EffectDeferred            retryable refusals exhausted before any effect: safe to try later
-    │   └── EffectInProgress          another worker holds the intent; it did not finish in time
-    ├── LeaseLost                     a worker's lease was taken over before it could record its result
+    │   ├── EffectInProgress          another worker holds the intent; it did not finish in time
+    │   └── LeaseLost                 a late answer, kept as evidence, did not settle the intent as it said
     ├── ApprovalError                 the two-person rule refused an operator action
     └── MissingDependency             an optional extra is not installed
 Each class carries a stable ``code`` for logs, metrics and the CLI's JSON output.
@@ -180,8 +180,9 @@ class EffectInProgress(EffectOutcome):
     code = "effect_in_progress"
 
 
-class LeaseLost(SafeEffectsError):
-    """A worker finished after its lease was taken over; its result was kept as evidence, not applied."""
+class LeaseLost(EffectOutcome):
+    """A worker finished after its lease was taken over, and its answer, kept as evidence, did not settle the
+    intent as it said (``record`` is the intent as it stands: unknown, or settled otherwise)."""
 
     code = "lease_lost"
 

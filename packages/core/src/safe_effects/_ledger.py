@@ -66,6 +66,23 @@ _log = logging.getLogger("safe_effects")
 # what every write that ends a lease sets: no owner, no expiry, no claim token
 _NO_LEASE: Mapping[str, None] = MappingProxyType({"lease_owner": None, "lease_expires_at": None, "lease_token": None})
 LATE_RESPONSE = "late_response"  # the evidence source of an answer that came after its worker's lease
+# how often new evidence is weighed again when the record moved on meanwhile; each loss is another writer's
+# progress (a reopen, a settle), so a few rounds end it
+_EVIDENCE_ROUNDS = 5
+
+
+def _answered_alike(current: EffectRecord, to: EffectStatus, result_id: str | None) -> bool:
+    """The intent is settled as a late worker's own answer said: the same state and provider id."""
+    return to is not S.UNKNOWN and current.status is to and current.provider_result_id == result_id
+
+
+def _answers_latest(evidence: Evidence, record: EffectRecord) -> bool:
+    """False for a late refusal of an earlier attempt: the intent was sent again after it (written between
+    the late worker's read of the record and its evidence), and it says nothing about whether that one acted."""
+    if evidence.source != LATE_RESPONSE or evidence.verdict is not EvidenceVerdict.REJECTS:
+        return True
+    answered: object = evidence.detail.get("attempt", record.attempt_count)  # none from earlier releases
+    return answered == record.attempt_count
 
 
 def _silent(evidence: Evidence) -> bool:
@@ -334,17 +351,29 @@ class Ledger:
         if not self.store.add_evidence(evidence):
             return False
         record = self.store.get(evidence.tenant, evidence.intent_key)
+        for _ in range(_EVIDENCE_ROUNDS):
+            if record is None:
+                break
+            try:
+                record = self._decide_by_evidence(record)
+                break
+            except StaleRecord:  # moved on meanwhile (a reopen, a settle): decide again on what it is now
+                record = self.store.get(evidence.tenant, evidence.intent_key)
         if record is not None:
-            with contextlib.suppress(StaleRecord):  # moved on meanwhile; the evidence is kept either way
-                record = self._expire_lease(record)
-                if record.status is S.PREPARED and (reason := self._spoken_since_reopen(record)):
-                    record = self._unknown_again(record, reason)  # reopened, then the provider spoke: settle it
-                if record.status is S.UNKNOWN:
-                    record = self._settle_by_evidence(record) or record
             refuses = evidence.verdict is EvidenceVerdict.REJECTS and evidence.provider == record.provider
             if record.status is S.CONFIRMED and refuses:  # another provider's event decides nothing here
                 self._contradicted(record, evidence)
         return True
+
+    def _decide_by_evidence(self, record: EffectRecord) -> EffectRecord:
+        """Whatever the evidence on record now decides: an abandoned lease is unknown, a reopened intent the
+        provider has spoken about is unknown again, an unknown one is settled if the evidence says how."""
+        record = self._expire_lease(record)
+        if record.status is S.PREPARED and (reason := self._spoken_since_reopen(record)):
+            record = self._unknown_again(record, reason)  # reopened, then the provider spoke: settle it
+        if record.status is S.UNKNOWN:
+            record = self._settle_by_evidence(record) or record
+        return record
 
     def _contradicted(self, record: EffectRecord, evidence: Evidence) -> None:
         """The provider took the call (confirmed), then said the message never went out (a drop, a rendering
@@ -795,7 +824,7 @@ class Ledger:
         self, record: EffectRecord, to: EffectStatus, result_id: str | None, lost: StaleRecord
     ) -> EffectRecord:
         current = self.get(record.intent_key, tenant=record.tenant)
-        if to is not S.UNKNOWN and current.status is to and current.provider_result_id == result_id:
+        if _answered_alike(current, to, result_id):
             return current  # the taker-over reached the same settled answer; nothing to reconcile
         # a late *unknown* is kept even when the record says unknown too: it tells a later reopen that this
         # attempt reached the provider and may have acted
@@ -816,12 +845,18 @@ class Ledger:
                 verdict=verdict,
                 provider_result_id=result_id,
                 received_at=self.clock(),
-                detail={"worker": self.worker_id},
+                # the attempt it answers: a refusal of it says nothing about a later attempt (see _answers_latest)
+                detail={"worker": self.worker_id, "attempt": record.attempt_count},
             )
         )
+        current = self.get(record.intent_key, tenant=record.tenant)
+        if _answered_alike(current, to, result_id):
+            return current  # this answer, kept as evidence, settled the intent: the caller gets it as on time
         raise LeaseLost(
             f"intent {record.intent_key!r}: worker {self.worker_id} finished ({to}) after its lease was "
-            f"taken over; its result was recorded as evidence, not applied"
+            f"taken over; its answer was kept as evidence and the intent is {current.status} (see e.record)",
+            intent_key=record.intent_key,
+            record=current,
         ) from lost
 
     # -- compensation -------------------------------------------------------------------------------------
@@ -971,7 +1006,7 @@ class Ledger:
         recorded by a webhook) it waits for the reconciler or the caller's retry. Only the record's own
         provider speaks for it: a SendGrid event naming a Stripe intent decides nothing.
         """
-        mine = self._own_evidence(record)
+        mine = [e for e in self._own_evidence(record) if _answers_latest(e, record)]
         by_verdict = {verdict: [e for e in mine if e.verdict is verdict] for verdict in EvidenceVerdict}
         decisive = by_verdict[EvidenceVerdict.REJECTS] or by_verdict[EvidenceVerdict.CONFIRMS]
         accepted = by_verdict[EvidenceVerdict.ACCEPTS]
