@@ -216,3 +216,47 @@ def test_only_the_records_own_provider_can_contradict_a_confirmed_effect(world: 
     assert world.ledger.record_evidence(evidence(event_id="e-own", **refused))
     assert [(name, labels["kind"]) for name, labels in events.seen] == [("contradicting_evidence", "dropped")]
     assert world.ledger.get(KEY).status is EffectStatus.CONFIRMED
+
+
+def test_evidence_that_a_rejected_intent_acted_is_raised_as_an_unrecorded_effect(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An operator resolved the intent rejected, then the provider's answer or event says it acted: money may
+    have moved where the ledger says none did. Only its own provider's confirmation or acceptance counts."""
+    rejected = world.ledger.settle(world.record, EffectStatus.REJECTED, resolution=BY_HAND, actor="a")
+    events = Events()
+    world.ledger.observer = events
+    assert world.ledger.record_evidence(evidence(provider="elsewhere", event_id="e-other"))
+    assert world.ledger.record_evidence(evidence(event_id="e-refused", verdict=EvidenceVerdict.REJECTS))
+    assert events.seen == []
+    for event_id, verdict in (("e-confirms", EvidenceVerdict.CONFIRMS), ("e-accepts", EvidenceVerdict.ACCEPTS)):
+        assert world.ledger.record_evidence(evidence(event_id=event_id, verdict=verdict))
+
+    assert [(name, labels["status"], labels["source"]) for name, labels in events.seen] == [
+        ("unrecorded_effect", "rejected", "events"),
+        ("unrecorded_effect", "rejected", "events"),
+    ]
+    assert "is rejected, but events evidence 'e-confirms' says the provider acted on it" in caplog.text
+    assert world.ledger.get(KEY) == rejected  # nothing here can undo it: it is raised, not rewritten
+    assert len(world.fake.effects()) == 1
+
+
+def test_a_late_answer_naming_a_second_object_beside_the_confirmed_one_is_an_unrecorded_effect(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A late worker's answer names another object than the one confirmed: the intent may have acted twice.
+    The same object again, or a webhook's id (another id space), is nothing to raise."""
+    confirmed = world.ledger.settle(
+        world.record, EffectStatus.CONFIRMED, resolution=BY_HAND, actor="a", provider_result_id="fx_1"
+    )
+    events = Events()
+    world.ledger.observer = events
+    late = {"source": "late_response", "kind": "confirmed"}
+    assert world.ledger.record_evidence(evidence(event_id="late-same", provider_result_id="fx_1", **late))
+    assert world.ledger.record_evidence(evidence(event_id="hook-other", provider_result_id="msg_9"))
+    assert events.seen == []
+    assert world.ledger.record_evidence(evidence(event_id="late-other", provider_result_id="fx_2", **late))
+
+    assert [(name, labels["status"]) for name, labels in events.seen] == [("unrecorded_effect", "confirmed")]
+    assert "names 'fx_2' beside the recorded 'fx_1'" in caplog.text
+    assert world.ledger.get(KEY) == confirmed

@@ -85,6 +85,20 @@ def _answers_latest(evidence: Evidence, record: EffectRecord) -> bool:
     return answered == record.attempt_count
 
 
+def _shows_an_unrecorded_effect(record: EffectRecord, evidence: Evidence) -> bool:
+    """Evidence of an effect the record does not show: a rejected intent the provider took, or a late answer
+    naming another object than the confirmed one (its ids come from the same adapter, so they compare)."""
+    if record.status is S.REJECTED:
+        return evidence.verdict in (EvidenceVerdict.CONFIRMS, EvidenceVerdict.ACCEPTS)
+    return (
+        record.status in (S.CONFIRMED, S.COMPENSATED)
+        and evidence.source == LATE_RESPONSE
+        and evidence.verdict is EvidenceVerdict.CONFIRMS
+        and None not in (evidence.provider_result_id, record.provider_result_id)
+        and evidence.provider_result_id != record.provider_result_id
+    )
+
+
 def _silent(evidence: Evidence) -> bool:
     """Evidence that says nothing about whether an attempt acted: informational, and not a late answer."""
     return evidence.verdict is EvidenceVerdict.INFORMATIONAL and evidence.source != LATE_RESPONSE
@@ -359,10 +373,11 @@ class Ledger:
                 break
             except StaleRecord:  # moved on meanwhile (a reopen, a settle): decide again on what it is now
                 record = self.store.get(evidence.tenant, evidence.intent_key)
-        if record is not None:
-            refuses = evidence.verdict is EvidenceVerdict.REJECTS and evidence.provider == record.provider
-            if record.status is S.CONFIRMED and refuses:  # another provider's event decides nothing here
+        if record is not None and evidence.provider == record.provider:  # another provider's says nothing here
+            if record.status is S.CONFIRMED and evidence.verdict is EvidenceVerdict.REJECTS:
                 self._contradicted(record, evidence)
+            elif _shows_an_unrecorded_effect(record, evidence):
+                self._unrecorded_effect(record, evidence)
         return True
 
     def _decide_by_evidence(self, record: EffectRecord) -> EffectRecord:
@@ -384,6 +399,20 @@ class Ledger:
             record.intent_key, evidence.source, evidence.event_id, evidence.kind,
         )  # fmt: skip
         self._observe("contradicting_evidence", record, source=evidence.source, kind=evidence.kind)
+
+    def _unrecorded_effect(self, record: EffectRecord, evidence: Evidence) -> None:
+        """The provider acted where the record says it did not (rejected), or a late answer names a second
+        object beside the confirmed one (a possible duplicate). Nothing here can undo it: it must be seen."""
+        what = (
+            "the provider acted on it"
+            if record.status is S.REJECTED
+            else f"it names {evidence.provider_result_id!r} beside the recorded {record.provider_result_id!r}"
+        )
+        _log.error(
+            "intent %r is %s, but %s evidence %r says %s: check at the provider",
+            record.intent_key, record.status, evidence.source, evidence.event_id, what,
+        )  # fmt: skip
+        self._observe("unrecorded_effect", record, source=evidence.source, status=record.status.value)
 
     # -- claim and resume ---------------------------------------------------------------------------------
 

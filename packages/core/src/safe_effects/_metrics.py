@@ -31,6 +31,7 @@ _EVENTS: Mapping[str, tuple[str, tuple[str, ...]]] = {
     "claim_contended": ("claim_contentions", ("tenant", "provider")),
     "compensation": ("compensations", ("tenant", "provider")),
     "contradicting_evidence": ("contradicting_evidence", ("tenant", "provider", "source", "kind")),
+    "unrecorded_effect": ("unrecorded_effects", ("tenant", "provider", "source", "status")),
     "reconcile_attempt": ("reconciler_records", ("provider", "outcome")),
     "reconciler_run": ("reconciler_runs", ()),
 }
@@ -187,6 +188,12 @@ class PrometheusObserver:
             "safe_effects_contradicting_evidence",
             "Provider events saying a confirmed effect was not carried out (a drop, a rendering failure)",
             _EVENTS["contradicting_evidence"][1],
+        )
+        self.unrecorded_effects = counter(
+            "safe_effects_unrecorded_effects",
+            "Provider answers or events showing an effect the record does not: a rejected intent the provider "
+            "took, or a late answer naming a second object beside the confirmed one (a possible duplicate)",
+            _EVENTS["unrecorded_effect"][1],
         )
         self.reconciler_records = counter(
             "safe_effects_reconciler_records", "Records a reconciler sweep handled, by outcome", ("provider", "outcome")

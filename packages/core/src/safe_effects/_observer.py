@@ -11,8 +11,10 @@ class Observer(Protocol):
 
     From the executor: ``intent_conflict``, ``claim_contended``, ``compensation`` (provider, tenant),
     ``dispatch`` (provider, tenant, outcome — one per provider call whose outcome was recorded) and
-    ``reconciliation`` (provider, tenant, method, outcome — one per settlement or inconclusive lookup). From
-    the reconciler: ``reconcile_attempt`` (provider, outcome) and ``reconciler_run`` (one per sweep).
+    ``reconciliation`` (provider, tenant, method, outcome — one per settlement or inconclusive lookup),
+    ``contradicting_evidence`` (provider, tenant, source, kind — a confirmed effect the provider says it did not
+    carry out) and ``unrecorded_effect`` (provider, tenant, source, status — an effect the record does not
+    show). From the reconciler: ``reconcile_attempt`` (provider, outcome) and ``reconciler_run`` (one per sweep).
     """
 
     def on_event(self, event: str, labels: Mapping[str, str]) -> None: ...
