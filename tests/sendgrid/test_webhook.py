@@ -407,11 +407,14 @@ def test_the_wsgi_endpoint_reads_a_chunked_body_its_server_terminated(
 def test_a_wsgi_body_without_length_or_terminated_input_is_not_read(
     fake: FakeSendGrid, ledger: Ledger, key: str, unknown_send: list[dict[str, Any]]
 ) -> None:
-    """PEP 3333: without ``wsgi.input_terminated`` reading past a missing Content-Length may block forever."""
-    body, _ = fake.webhook_request(unknown_send)
+    """PEP 3333: without ``wsgi.input_terminated`` reading past a missing Content-Length may block forever. The
+    answer names the length, not the signature, which an empty body would fail: the server is at fault."""
+    body, headers = fake.webhook_request(unknown_send)
     environ = {"REQUEST_METHOD": "POST", "wsgi.input": io.BytesIO(body)}
+    environ |= {"HTTP_" + name.upper().replace("-", "_"): value for name, value in headers.items()}
     statuses: list[str] = []
-    answer = make_wsgi_app(ledger, public_key=None)(environ, lambda s, h: statuses.append(s))  # the empty body
-    assert (statuses, json.loads(b"".join(answer))) == (["400 Bad Request"], {"error": "malformed_webhook"})
+    app = make_wsgi_app(ledger, public_key=fake.signer.public_key)
+    answer = app(environ, lambda s, h: statuses.append(s))
+    assert (statuses, json.loads(b"".join(answer))) == (["411 Length Required"], {"error": "Content-Length required"})
     assert environ["wsgi.input"].tell() == 0
     _nothing_recorded(ledger, key)

@@ -14,7 +14,14 @@ from ._webhook import MalformedWebhook, ingest_events
 
 MAX_BODY = 8 * 1024 * 1024  # SendGrid batches are far smaller; a bigger body is not SendGrid
 
-_REASONS = {200: "OK", 400: "Bad Request", 403: "Forbidden", 405: "Method Not Allowed", 413: "Content Too Large"}
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    403: "Forbidden",
+    411: "Length Required",
+    405: "Method Not Allowed",
+    413: "Content Too Large",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +43,7 @@ class Answer:
 NOT_POST = Answer(405, {"error": "POST only"})
 TOO_LARGE = Answer(413, {"error": "body too large"})
 BAD_LENGTH = Answer(400, {"error": "bad Content-Length"})
+NO_LENGTH = Answer(411, {"error": "Content-Length required"})
 
 
 def declared_length(value: str | None, max_body: int) -> int | Answer:
