@@ -390,6 +390,10 @@ def test_retries_past_the_lease_would_send_twice_where_a_lookup_proves_absence(s
     worker whose retries outlast its lease is taken over by another, which proves the effect absent and sends
     it; a retry of the first worker after that would be a second effect."""
     env = make_env(store_url, tmp_path, dedupe=False, proves_absence=True)
+    # a provider that answers within 0.5 s, so a 1 s lease outlasts its calls (a shorter one is refused)
+    env.adapter.contract = generic_contract(
+        dedupe=False, lookup_proves_absence=True, normal_response_window=timedelta(milliseconds=500)
+    )
     other = env.other_ledger()
     lease_ends = env.clock() + timedelta(seconds=1)
     took_over: list[object] = []
@@ -412,6 +416,26 @@ def test_retries_past_the_lease_would_send_twice_where_a_lookup_proves_absence(s
     assert receipt.record.status is EffectStatus.CONFIRMED
     assert len(env.fake.effects()) == 1
     assert [outcome for _, outcome in env.fake.requests()] == ["refused", "refused", "refused", "ok"]
+
+
+@pytest.mark.parametrize("lease_seconds", [1, 5])
+def test_a_lease_a_normal_answer_can_outlast_is_refused_where_only_the_lease_stops_a_second_send(
+    store_url: str, tmp_path: Path, lease_seconds: int
+) -> None:
+    """No keys, and a lookup whose "absent" reopens the intent: a worker still waiting for an answer past its
+    lease is taken over, proven absent and sent again. A lease not longer than the provider's normal response
+    window (5 s here) is refused before anything is written or sent; with keys the provider's dedupe stops it."""
+    env = make_env(store_url, tmp_path, dedupe=False, proves_absence=True)
+    short = Ledger(env.ledger.store, clock=env.clock, lease=LeasePolicy(duration=timedelta(seconds=lease_seconds)))
+
+    with pytest.raises(InvalidInput, match=rf"lease \({lease_seconds} s\) must outlast fake's normal response window"):
+        short.execute(env.adapter, CHARGE, intent_key=KEY)
+
+    assert env.ledger.store.get("default", KEY) is None
+    assert env.fake.requests() == []
+    deduping = GenericFakeAdapter(env.fake, generic_contract(lookup_proves_absence=True))
+    assert short.execute(deduping, CHARGE, intent_key=KEY).record.status is EffectStatus.CONFIRMED
+    assert len(env.fake.effects()) == 1
 
 
 def test_a_retry_after_longer_than_max_wait_defers_instead_of_retrying_early(store_url: str, tmp_path: Path) -> None:

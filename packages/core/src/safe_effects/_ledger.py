@@ -208,6 +208,7 @@ class Ledger:
             lease_token=tag,
         )
         contract = adapter.contract_for(request.operation)
+        self._refuse_short_lease(contract)
         self._refuse_unsendable(adapter, request, fresh)
         if fresh.compensates is not None:
             self._claim_compensation(fresh)  # refused here: nothing written, nothing sent
@@ -474,6 +475,20 @@ class Ledger:
         except ValidationError as error:  # a wrong type from the caller (workflow_id=5): named, typed
             fields = ", ".join(".".join(str(part) for part in e["loc"]) for e in error.errors())
             raise InvalidInput(f"intent {key!r}: invalid {fields}: {error}") from error
+
+    def _refuse_short_lease(self, contract: ProviderContract) -> None:
+        """Where only the lease keeps a second send away (no idempotency keys, and a lookup's "absent" reopens
+        the intent), a lease that a normal answer can outlast has a live call taken over and sent again."""
+        if contract.idempotency.supported or not contract.redispatch_when_proven_absent:
+            return
+        if self.lease.duration > contract.normal_response_window:
+            return
+        raise InvalidInput(
+            f"the lease ({self.lease.duration.total_seconds():g} s) must outlast {contract.provider}'s normal "
+            f"response window ({contract.normal_response_window.total_seconds():g} s): without idempotency keys, "
+            "and with lookups whose 'absent' sends the intent again, a call still waiting for its answer would be "
+            "taken over and sent twice; give the Ledger a longer LeasePolicy(duration=...)"
+        )
 
     def _refuse_unsendable(self, adapter: ProviderAdapter[Any], request: EffectRequest, fresh: EffectRecord) -> None:
         """A new intent the adapter says it cannot send is refused before anything is recorded: recorded, even

@@ -219,6 +219,7 @@ def generic_contract(
     dedupe: bool = True,
     retention: timedelta | None = timedelta(hours=24),
     lookup_proves_absence: bool = False,
+    normal_response_window: timedelta = timedelta(seconds=5),
 ) -> ProviderContract:
     """A contract for the generic fake: a Stripe-like deduping provider, or a SendGrid-like one without keys."""
     return ProviderContract(
@@ -238,7 +239,7 @@ def generic_contract(
                 proves_absence=lookup_proves_absence,
             ),
         ),
-        normal_response_window=timedelta(seconds=5),
+        normal_response_window=normal_response_window,
         redispatch_when_proven_absent=lookup_proves_absence,
     )
 
