@@ -27,6 +27,7 @@ from safe_effects import (
     LeaseLost,
     Ledger,
     LookupResult,
+    Operator,
     Reconciler,
     RetryPolicy,
 )
@@ -154,15 +155,23 @@ def test_a_refund_that_acted_while_reopened_marks_its_original(open_ledger: Open
     assert other.get(KEY).status is EffectStatus.COMPENSATED
 
 
-def test_a_rejected_refund_a_late_answer_contradicts_is_not_replaced(open_ledger: OpenLedger, tmp_path: Path) -> None:
-    """No keys: A's refund R1 outlives its lease; B reopens R1 and the rerun is declined (R1 rejected); then
-    A's request lands and acts. R1's rejection is contradicted, so R2 may not take over: one refund."""
+def refund_rejected_then_landing(
+    open_ledger: OpenLedger, tmp_path: Path
+) -> tuple[GenericFakeProvider, HeldOnTheWire, Ledger, list[BaseException]]:
+    """No keys: R1 reopened while on the wire, its rerun declined (R1 rejected), then the first request lands."""
     fake, adapter, other, thread, raised = refund_reopened_while_on_the_wire(open_ledger, tmp_path, dedupe=False)
     fake.fail_next(FakeFailure.DECLINED)
     with pytest.raises(EffectRejected):
         other.compensate(adapter, REFUND, original_key=KEY, compensating_key=R1)
     adapter.release.set()
     thread.join(10)
+    return fake, adapter, other, raised
+
+
+def test_a_rejected_refund_a_late_answer_contradicts_is_not_replaced(open_ledger: OpenLedger, tmp_path: Path) -> None:
+    """No keys: A's refund R1 outlives its lease; B reopens R1 and the rerun is declined (R1 rejected); then
+    A's request lands and acts. R1's rejection is contradicted, so R2 may not take over: one refund."""
+    fake, adapter, other, raised = refund_rejected_then_landing(open_ledger, tmp_path)
     assert [e.verdict for e in other.store.evidence_for("default", R1)] == [EvidenceVerdict.CONFIRMS]
 
     with pytest.raises(IllegalTransition, match="a late answer says an earlier attempt may have acted"):
@@ -259,3 +268,33 @@ def test_a_late_confirmation_that_loses_its_settle_to_a_reopen_settles_it_after_
         ("late_response", EvidenceVerdict.CONFIRMS)
     ]
     assert [e.result_id for e in fake.effects()] == ["fx_1"]
+
+
+def test_an_operator_corrects_a_rejected_refund_the_provider_did_make_and_its_original_is_compensated(
+    open_ledger: OpenLedger, tmp_path: Path
+) -> None:
+    """As above: R1 rejected, then A's late answer says R1 refunded. On that evidence an operator corrects R1 to
+    confirmed, and the charge it refunds is marked compensated: no second refund needed, none possible."""
+    fake, adapter, other, _ = refund_rejected_then_landing(open_ledger, tmp_path)
+    rejected = other.get(R1)
+    assert rejected.status is EffectStatus.REJECTED
+    [refund] = [e.result_id for e in fake.effects() if "refund" in e.key]
+
+    decision = Operator(other).resolve(
+        R1, to=EffectStatus.CONFIRMED, operator="alice", reason="the late answer shows the refund",
+        expect_version=rejected.version, provider_result_id=refund, evidence="late_response",
+    )  # fmt: skip
+
+    assert (decision.record.status, decision.record.provider_result_id) == (EffectStatus.CONFIRMED, refund)
+    trail = other.store.audit_trail("default", R1)
+    assert (trail[-1].from_status, trail[-1].to_status, trail[-1].actor) == (
+        EffectStatus.REJECTED,
+        EffectStatus.CONFIRMED,
+        "operator:alice",
+    )
+    original = other.get(KEY)
+    assert (original.status, original.compensated_by) == (EffectStatus.COMPENSATED, R1)
+    assert [e.key for e in fake.effects() if "refund" in e.key] == [f"default/{R1}"]
+    with pytest.raises(IllegalTransition):
+        other.compensate(adapter, REFUND, original_key=KEY, compensating_key=R2)
+    assert [e.key for e in fake.effects() if "refund" in e.key] == [f"default/{R1}"]

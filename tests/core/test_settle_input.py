@@ -260,3 +260,24 @@ def test_a_late_answer_naming_a_second_object_beside_the_confirmed_one_is_an_unr
     assert [(name, labels["status"]) for name, labels in events.seen] == [("unrecorded_effect", "confirmed")]
     assert "names 'fx_2' beside the recorded 'fx_1'" in caplog.text
     assert world.ledger.get(KEY) == confirmed
+
+
+def test_a_rejected_intent_is_corrected_only_to_confirmed_and_only_on_its_providers_evidence(world: World) -> None:
+    """An operator rejected it; nothing from the provider says it acted: no correction (it would hide that
+    nothing happened), by the operator API or the ledger's own. Rejected again is no correction at all."""
+    rejected = world.ledger.settle(world.record, EffectStatus.REJECTED, resolution=BY_HAND, actor="a")
+    assert world.ledger.record_evidence(evidence(provider="elsewhere", event_id="e-other"))  # not its provider
+    operator = Operator(world.ledger)
+    confirm = {"operator": "bob", "reason": "x", "expect_version": rejected.version, "provider_result_id": "fx_1"}
+    with pytest.raises(InvalidInput, match="no evidence from fake says it acted"):
+        operator.resolve(KEY, to=EffectStatus.CONFIRMED, evidence="dashboard", **confirm)
+    with pytest.raises(IllegalTransition, match="corrected only on its provider's own evidence"):
+        world.ledger.settle(rejected, EffectStatus.CONFIRMED, resolution=BY_HAND, actor="a")
+    with pytest.raises(InvalidInput, match="is rejected: only an unknown intent can be resolved"):
+        operator.resolve(KEY, to=EffectStatus.REJECTED, operator="bob", reason="x", expect_version=rejected.version)
+    assert world.ledger.get(KEY) == rejected
+
+    assert world.ledger.record_evidence(evidence(event_id="e-own"))  # the provider's own confirmation
+    corrected = operator.resolve(KEY, to=EffectStatus.CONFIRMED, evidence="e-own", **confirm).record
+    assert (corrected.status, corrected.provider_result_id) == (EffectStatus.CONFIRMED, "fx_1")
+    assert world.ledger.get(KEY) == corrected

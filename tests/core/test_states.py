@@ -22,6 +22,7 @@ ALLOWED = {
     (S.UNKNOWN, S.PREPARED),
     (S.CONFIRMED, S.COMPENSATED),
     (S.CONFIRMED, S.CONFIRMED),
+    (S.REJECTED, S.CONFIRMED),
 }
 
 
@@ -51,9 +52,14 @@ def test_terminal_and_unsettled_partition_the_statuses() -> None:
     assert not TERMINAL & UNSETTLED
 
 
-def test_only_confirmed_leaves_the_terminal_states_and_only_by_compensation() -> None:
-    """CONFIRMED -> CONFIRMED names the compensation about to run; COMPENSATED follows once it is confirmed."""
-    assert {(s, t) for s, t in table() if s in TERMINAL} == {(S.CONFIRMED, S.COMPENSATED), (S.CONFIRMED, S.CONFIRMED)}
+def test_the_terminal_states_are_left_only_by_compensation_or_a_correction() -> None:
+    """CONFIRMED -> CONFIRMED names the compensation about to run; COMPENSATED follows once it is confirmed.
+    REJECTED -> CONFIRMED is an operator's correction on the provider's own evidence that it acted."""
+    assert {(s, t) for s, t in table() if s in TERMINAL} == {
+        (S.CONFIRMED, S.COMPENSATED),
+        (S.CONFIRMED, S.CONFIRMED),
+        (S.REJECTED, S.CONFIRMED),
+    }
 
 
 def test_unknown_is_reached_from_a_dispatch_or_from_a_reopened_intent_past_its_key_window() -> None:

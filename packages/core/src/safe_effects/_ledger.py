@@ -51,7 +51,7 @@ from ._observer import NullObserver, Observer
 from ._policies import DEFAULT_LEASE, DEFAULT_RETRY, LeasePolicy, RetryPolicy
 from ._records import EffectRecord, Evidence, EvidenceVerdict, Receipt, Resolution
 from ._sending import Retryable, Settled, send_with_retries
-from ._states import EffectStatus, settled_status
+from ._states import EffectStatus, resolvable, settled_status
 from ._store import Store
 from ._tenants import DEFAULT_TENANT, check_tenant
 from ._text import check_storable, holds_unstorable_text
@@ -69,6 +69,7 @@ LATE_RESPONSE = "late_response"  # the evidence source of an answer that came af
 # how often new evidence is weighed again when the record moved on meanwhile; each loss is another writer's
 # progress (a reopen, a settle), so a few rounds end it
 _EVIDENCE_ROUNDS = 5
+_ACTED = frozenset({EvidenceVerdict.CONFIRMS, EvidenceVerdict.ACCEPTS})  # verdicts saying the provider acted
 
 
 def _answered_alike(current: EffectRecord, to: EffectStatus, result_id: str | None) -> bool:
@@ -89,7 +90,7 @@ def _shows_an_unrecorded_effect(record: EffectRecord, evidence: Evidence) -> boo
     """Evidence of an effect the record does not show: a rejected intent the provider took, or a late answer
     naming another object than the confirmed one (its ids come from the same adapter, so they compare)."""
     if record.status is S.REJECTED:
-        return evidence.verdict in (EvidenceVerdict.CONFIRMS, EvidenceVerdict.ACCEPTS)
+        return evidence.verdict in _ACTED
     return (
         record.status in (S.CONFIRMED, S.COMPENSATED)
         and evidence.source == LATE_RESPONSE
@@ -320,15 +321,20 @@ class Ledger:
         detail: Mapping[str, Any] | None = None,
         approval: Approval | None = None,
     ) -> EffectRecord:
-        """Move an unknown record to confirmed or rejected, conditional on the state the caller saw.
+        """Move an unknown record to confirmed or rejected, conditional on the state the caller saw; or correct a
+        rejected one to confirmed, when its own provider's evidence on record says it acted.
 
         ``detail`` lands in the audit row (operator, approver, evidence reference) next to the reason.
         ``approval`` is the pending approval this applies, as decided (:meth:`Approval.decided`): it is
         written in the same transaction, or neither is (StaleRecord when it was decided meanwhile).
         """
         to = settled_status(to)
-        if record.status is not S.UNKNOWN:
-            raise IllegalTransition(record.status, to, record.intent_key, why="only an unknown intent is settled")
+        if not resolvable(record.status, to):
+            why = "only an unknown intent is settled (a rejected one corrected to confirmed)"
+            raise IllegalTransition(record.status, to, record.intent_key, why=why)
+        if record.status is S.REJECTED and not self._acted_evidence(record):
+            why = "a rejected intent is corrected only on its provider's own evidence that it acted: none on record"
+            raise IllegalTransition(record.status, to, record.intent_key, why=why)
         check_storable(actor, "actor")
         for text, what in ((provider_result_id, "provider_result_id"), (response_digest, "response_digest")):
             if text is not None:
@@ -599,6 +605,10 @@ class Ledger:
 
     def _unknown_again(self, record: EffectRecord, reason: str) -> EffectRecord:
         return self._move(record, S.UNKNOWN, reason)
+
+    def _acted_evidence(self, record: EffectRecord) -> list[Evidence]:
+        """Its own provider's answers or events saying it acted (confirmed it, or took the message)."""
+        return [e for e in self._own_evidence(record) if e.verdict in _ACTED]
 
     def _own_evidence(self, record: EffectRecord) -> list[Evidence]:
         """Evidence recorded for the intent by its own provider (another provider's event decides nothing)."""

@@ -15,7 +15,7 @@ from ._errors import ApprovalError, InvalidInput, StaleRecord
 from ._keys import IntentKey
 from ._ledger import Ledger
 from ._records import AuditEntry, EffectRecord, Evidence, EvidenceVerdict, Receipt, Resolution
-from ._states import EffectStatus, settled_status
+from ._states import EffectStatus, resolvable, settled_status
 from ._tenants import DEFAULT_TENANT
 from ._text import check_storable
 from ._thresholds import ApprovalThresholds
@@ -85,7 +85,8 @@ class Operator:
         provider_result_id: str | None = None,
         evidence: str | None = None,
     ) -> Decision:
-        """Settle an unknown intent at the version the operator saw, or park it for a second operator."""
+        """Settle an unknown intent at the version the operator saw, or park it for a second operator. A rejected
+        intent may be corrected to confirmed the same way, when its provider's own evidence says it acted."""
         operator = _required(operator, "operator identity (--operator)")
         reason = _required(reason, "a reason (--reason)")
         to = settled_status(to)
@@ -95,7 +96,7 @@ class Operator:
         else:
             provider_result_id = _optional(provider_result_id, "the provider's id (--provider-id)")
             evidence = _optional(evidence, "the evidence reference (--evidence)")
-        record = self._current(intent_key, tenant, expect_version)
+        record = self._current(intent_key, tenant, expect_version, to)
         self._check_evidence(record, to)
         why = self.thresholds.requires_approval(record.summary)
         if why is None:
@@ -247,18 +248,26 @@ class Operator:
         confirmed_at = _confirmed_version(self.ledger.store.audit_trail(original.tenant, original.intent_key), original)
         return confirmed_at is not None and confirmed_at <= expect_version
 
-    def _current(self, intent_key: IntentKey | str, tenant: str, expect_version: int) -> EffectRecord:
-        """The record, if it is still the unknown one at the version the operator looked at."""
+    def _current(self, intent_key: IntentKey | str, tenant: str, expect_version: int, to: EffectStatus) -> EffectRecord:
+        """The record, if it is still the unknown (or, to confirm, rejected) one at the version the operator
+        looked at."""
         record = self.ledger.get(intent_key, tenant=tenant)
         if record.version != expect_version:
             raise StaleRecord(
                 f"intent {record.intent_key!r} is at {record.status} v{record.version}, you saw v{expect_version}: "
                 "it moved on; run `show` again before resolving"
             )
-        if record.status is not S.UNKNOWN:
+        if not resolvable(record.status, to):
             hint = " (run `reconcile` first if its lease expired)" if record.status is S.IN_FLIGHT else ""
             raise InvalidInput(
-                f"intent {record.intent_key!r} is {record.status}: only an unknown intent can be resolved{hint}"
+                f"intent {record.intent_key!r} is {record.status}: only an unknown intent can be resolved, and a "
+                f"rejected one corrected to confirmed{hint}"
+            )
+        if record.status is S.REJECTED and not self.ledger._acted_evidence(record):
+            raise InvalidInput(
+                f"intent {record.intent_key!r} is rejected, and no evidence from {record.provider} says it acted: "
+                "a rejected intent is corrected to confirmed only on the provider's own answer or event (`show` "
+                "lists what is recorded)"
             )
         return record
 
@@ -302,16 +311,16 @@ class Operator:
 
 
 def _asked_of(approval: Approval, record: EffectRecord) -> bool:
-    """Is ``record`` still the unknown record, at the version, that the request was made about?
+    """Is ``record`` still the unknown (or rejected) record, at the version, that the request was made about?
 
     (tenant, key, version) alone does not name a record: a settled one can be purged and the key recorded
     again, its versions restarting at 1. A request is about the record that existed when it was made, so a
     record created after the request (``created_at`` later than the request's) is another one. Both times
     come from the ledger's clock; only a key purged and re-recorded within the clock skew between two hosts
-    could slip through, and such a record must still be unknown at the same version.
+    could slip through, and such a record must still be in the same state at the same version.
     """
     return (
-        record.status is S.UNKNOWN
+        resolvable(record.status, approval.to_status)
         and record.version == approval.expected_version
         and record.created_at <= approval.created_at
     )

@@ -31,7 +31,8 @@ TRANSITIONS: Mapping[EffectStatus, frozenset[EffectStatus]] = {
     # only through a separate, linked compensating intent; CONFIRMED again to name that compensation
     # (compensated_by) before it is sent, so one original never gets two compensations
     S.CONFIRMED: frozenset({S.COMPENSATED, S.CONFIRMED}),
-    S.REJECTED: frozenset(),
+    # an operator's correction, only on the provider's own evidence that it acted (a late answer or event)
+    S.REJECTED: frozenset({S.CONFIRMED}),
     S.COMPENSATED: frozenset(),
 }
 
@@ -50,3 +51,9 @@ def settled_status(to: object) -> EffectStatus:
     if isinstance(to, str) and to in (S.CONFIRMED, S.REJECTED):
         return EffectStatus(to)
     raise InvalidInput(f"an unknown intent is settled as confirmed or rejected, not {to!r}")
+
+
+def resolvable(status: EffectStatus, to: EffectStatus) -> bool:
+    """Whether a record in ``status`` may be settled as ``to``: an unknown one either way; a rejected one only
+    to confirmed, as a correction (the caller checks the provider's evidence that it acted)."""
+    return status is S.UNKNOWN or (status is S.REJECTED and to is S.CONFIRMED)

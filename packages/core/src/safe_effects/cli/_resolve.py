@@ -62,7 +62,8 @@ def resolve(
     approval_threshold: Thresholds = None,
     as_json: AsJson = False,
 ) -> None:
-    """Settle an unknown intent as confirmed or rejected, if it is still at the version you looked at."""
+    """Settle an unknown intent as confirmed or rejected, if it is still at the version you looked at; or
+    correct a rejected one to confirmed, when its provider's own answer or event says it acted."""
     thresholds = ApprovalThresholds.configured(*(approval_threshold or []))
     with opened(store, worker_id=actor(operator)) as ledger:
         decision = Operator(ledger, thresholds=thresholds).resolve(
