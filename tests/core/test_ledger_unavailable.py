@@ -332,13 +332,18 @@ def test_a_statement_timeout_that_is_not_a_positive_number_is_refused(pg_url: st
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("backend", ["postgres"])
-def test_a_migration_waits_for_another_processes_migration_past_the_statement_timeout(
-    fresh_store_url: Callable[[], str],
+@pytest.mark.parametrize(("timeout", "kept"), [("statement_timeout", "200ms"), ("lock_timeout", "100ms")])
+def test_a_migration_waits_for_another_processes_migration_past_the_statement_or_lock_timeout(
+    fresh_store_url: Callable[[], str], timeout: str, kept: str
 ) -> None:
     """Migrations may build indexes on large tables or wait for another process's migration: the statement
-    timeout that bounds the ledger's short writes must not cancel them."""
+    timeout that bounds the ledger's short writes, or a lock timeout of the URL's or the role's, must not
+    cancel them (processes starting at once would fail to open)."""
     conninfo, _, schema = fresh_store_url().rpartition("?schema=")
-    store = PostgresStore(conninfo, schema=schema, statement_timeout=0.2)
+    if timeout == "statement_timeout":
+        store = PostgresStore(conninfo, schema=schema, statement_timeout=0.2)
+    else:
+        store = PostgresStore(make_conninfo(conninfo, options="-c lock_timeout=100"), schema=schema)
     lock = int.from_bytes(hashlib.sha256(f"safe_effects:{schema}".encode()).digest()[:8], signed=True)
     other = psycopg.connect(conninfo, autocommit=True)
     try:
@@ -346,7 +351,7 @@ def test_a_migration_waits_for_another_processes_migration_past_the_statement_ti
         threading.Timer(1.0, lambda: other.execute("SELECT pg_advisory_unlock(%s::bigint)", (lock,))).start()
         store.migrate()
         assert store.pending_migrations() == []
-        assert _setting(store, "statement_timeout") == "200ms"  # SET LOCAL: only the migration ran without it
+        assert _setting(store, timeout) == kept  # SET LOCAL: only the migration ran without it
     finally:
         other.close()
         store.close()
@@ -397,6 +402,98 @@ def test_prepare_refuses_an_autocommit_connection(
             ledger.get(KEY)
     assert adapter.dispatches == []
     assert fake.effects() == []
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_connections_give_up_on_a_silent_network_path_unless_the_url_says_otherwise(store_url: str) -> None:
+    """A dropped route answers nothing, so the server's statement_timeout never fires: libpq's keepalives and
+    TCP user timeout end such a connection in about 30 s, not the kernel's 15 minutes. Set in the URL, the
+    caller's value stands."""
+    conninfo, _, schema = store_url.rpartition("?schema=")
+    store = PostgresStore(make_conninfo(conninfo, tcp_user_timeout=5000), schema=schema)
+    try:
+        with store._checkout() as conn:  # a pooled connection, as the store's statements get it
+            given = conn.info.get_parameters()
+    finally:
+        store.close()
+    bounds = ("keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout")
+    assert [given.get(name) for name in bounds] == ["1", "30", "10", "3", "5000"]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_pool_whose_every_connection_died_recovers_on_the_next_call(
+    store_url: str, pg_url: str, adapter: HookedAdapter, fake: GenericFakeProvider
+) -> None:
+    """A restart or failover ends all of a grown pool's connections. Checked one by one with the pool's
+    backoff (1, 2, 4 s... between them), six dead ones outlasted the 3 s the call may wait: the call failed
+    although the database was up. Now one dead connection sweeps them all and the call goes through."""
+    conninfo, _, schema = store_url.rpartition("?schema=")
+    tag = f"se-dead-{uuid.uuid4().hex[:8]}"
+    store = PostgresStore(make_conninfo(conninfo, application_name=tag), schema=schema, min_size=6, timeout=3.0)
+    ledger = Ledger(store, lease=LEASE, retry=FAST_RETRY)
+    try:
+        ledger.execute(adapter, REQUEST, intent_key="warm:up:call:v1")
+        store._pool.wait(timeout=10)  # all six open
+        assert _terminate(pg_url, tag) >= 6
+
+        assert ledger.execute(adapter, REQUEST, intent_key=KEY).record.status is S.CONFIRMED
+    finally:
+        ledger.close()
+    assert len(fake.effects()) == 2
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+@pytest.mark.parametrize("style", ["German, DMY", "SQL, MDY", "Postgres, DMY"])
+def test_records_read_back_whatever_datestyle_the_database_sets(
+    store_url: str, adapter: HookedAdapter, fake: GenericFakeProvider, style: str
+) -> None:
+    """psycopg reads timestamps in ISO style only: a database (or role) set otherwise made every record
+    unreadable after its first write, so no retry, listing or reconciliation could run."""
+    conninfo, _, schema = store_url.rpartition("?schema=")
+    store = PostgresStore(make_conninfo(conninfo, options=f"-c DateStyle={style.replace(' ', '')}"), schema=schema)
+    ledger = Ledger(store, lease=LEASE, retry=FAST_RETRY)
+    try:
+        first = ledger.execute(adapter, REQUEST, intent_key=KEY)
+        again = ledger.execute(adapter, REQUEST, intent_key=KEY)  # the caller's retry reads the record back
+        assert again.from_ledger
+        assert ledger.get(KEY) == again.record
+        assert again.record.created_at == first.record.created_at
+        assert [r.intent_key for r in store.list_by_status([S.CONFIRMED])] == [KEY]
+    finally:
+        ledger.close()
+    assert len(fake.effects()) == 1
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_worker_role_with_only_table_rights_opens_a_migrated_ledger(
+    store_url: str, pg_url: str, adapter: HookedAdapter, fake: GenericFakeProvider
+) -> None:
+    """Least privilege: the schema's owner migrates, workers get USAGE and DML. Ledger.open migrates, and
+    with nothing pending it must run no DDL, which PostgreSQL refuses such a role even for IF NOT EXISTS."""
+    conninfo, _, schema = store_url.rpartition("?schema=")
+    role = f"se_test_{uuid.uuid4().hex[:12]}"
+    names = {"schema": sql.Identifier(schema), "role": sql.Identifier(role)}
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE ROLE {role} LOGIN").format(**names))
+        admin.execute(sql.SQL("GRANT USAGE ON SCHEMA {schema} TO {role}").format(**names))
+        admin.execute(
+            sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role}").format(**names)
+        )
+    try:
+        with Ledger(PostgresStore(make_conninfo(conninfo, user=role), schema=schema), lease=LEASE) as ledger:
+            assert ledger.store.migrate() == []  # what Ledger.open runs first
+            assert ledger.execute(adapter, REQUEST, intent_key=KEY).record.status is S.CONFIRMED
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (role,))
+            admin.execute(sql.SQL("REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {role}").format(**names))
+            admin.execute(sql.SQL("REVOKE USAGE ON SCHEMA {schema} FROM {role}").format(**names))
+            admin.execute(sql.SQL("DROP ROLE {role}").format(**names))
+    assert len(fake.effects()) == 1
 
 
 @pytest.fixture

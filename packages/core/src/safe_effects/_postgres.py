@@ -61,6 +61,7 @@ _AUDIT_CASTS = {
 }
 _AUDIT_PARAMS = tuple(_AUDIT_CASTS)  # AuditEntry fields, in the order the statements bind them
 _PING_AFTER_IDLE = 5.0  # seconds a pooled connection may sit unused before it is checked on checkout
+_CHECKOUT_ROUNDS = 3  # dead connections met in a row on checkout before taking the pool's next as it is
 _MAX_IDENTIFIER_BYTES = 63  # PostgreSQL silently truncates longer names (NAMEDATALEN - 1)
 
 
@@ -83,10 +84,28 @@ class _Checkout:
 
     def __enter__(self) -> Connection[TupleRow]:
         try:
-            self._conn = self._pool.getconn()
+            self._conn = self._live_connection()
         except self._down as error:
             raise LedgerUnavailable(f"the PostgreSQL ledger gave no connection: {error}") from error
         return self._conn
+
+    def _live_connection(self) -> Connection[TupleRow]:
+        """A pooled connection that answered its ping if it was suspect (see :func:`_ping_if_suspect`).
+
+        Pinged here rather than by the pool's ``check``: a failed check makes the pool wait 1, 2, 4, 8 s...
+        before trying its next connection, so after a failover or a restart, with every idle connection dead,
+        the first call timed out. One dead connection here sweeps them all at once (``pool.check()``: each
+        idle one pinged, the dead replaced), and the next checkout waits only for a fresh connection.
+        """
+        for _ in range(_CHECKOUT_ROUNDS):
+            conn = self._pool.getconn()
+            try:
+                _ping_if_suspect(conn)
+                return conn
+            except self._down:
+                self._pool.putconn(conn)  # broken: the pool discards it and connects anew
+                self._pool.check()
+        return self._pool.getconn()  # whatever the pool has now; a dead one fails its statement, typed
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _: object) -> None:
         cast("_Pooled", self._conn).returned_at = time.monotonic()
@@ -96,7 +115,7 @@ class _Checkout:
 
 
 def _ping_if_suspect(conn: Connection[Any]) -> None:
-    """The pool's ``check``: ping a connection that may have lost its server before handing it out.
+    """Ping a connection that may have lost its server before it is used.
 
     Suspect are one with input waiting while idle (a terminated backend or a restarting server sends its
     FATAL notice and closes the socket: one ``select``, no round trip) and one idle for a while (a silent
@@ -150,6 +169,9 @@ class _Configure:
         # the conditional writes rely on READ COMMITTED re-checks, whatever the database's or role's default
         # (under SERIALIZABLE, two racing claims end in a serialization failure, not a wait)
         conn.execute("SET default_transaction_isolation TO 'read committed'")
+        # psycopg reads timestamps only in ISO style: a database or role set to German or SQL style would make
+        # every record unreadable (its writes would still work)
+        conn.execute("SET DateStyle TO 'ISO'")
         if self._statement_timeout is not None:
             # a statement stuck behind someone else's lock ends as LedgerUnavailable instead of holding the
             # worker forever; a timeout the URL's options, PGOPTIONS, the role or the database set is kept
@@ -181,6 +203,19 @@ def _store_connection() -> type[Connection[TupleRow]]:
     return StoreConnection
 
 
+# libpq settings that end a connection whose network path went silent (a dropped route, a failover that left
+# no one to answer): unacknowledged data for 30 s, or an idle socket unanswered for 30 + 3 x 10 s. Without them
+# a call hangs for the kernel's ~15 minutes, past every bound the store sets (statement_timeout is the
+# server's, and a silent server never sees the statement). A conninfo that names one keeps its own.
+_SILENT_PATH_BOUNDS: dict[str, Any] = {
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,  # milliseconds; where the system has TCP_USER_TIMEOUT (Linux)
+}
+
+
 def _connection_options(conninfo: str, connect_timeout: int) -> dict[str, Any]:
     """The pool's connection options, tried once before the pool starts.
 
@@ -192,8 +227,11 @@ def _connection_options(conninfo: str, connect_timeout: int) -> dict[str, Any]:
     from psycopg.conninfo import conninfo_to_dict  # noqa: PLC0415  # idem
 
     try:
-        named = "connect_timeout" in conninfo_to_dict(conninfo) or "PGCONNECT_TIMEOUT" in os.environ
-        options: dict[str, Any] = {"autocommit": True} | ({} if named else {"connect_timeout": connect_timeout})
+        given = conninfo_to_dict(conninfo)
+        defaults = _SILENT_PATH_BOUNDS | {"connect_timeout": connect_timeout}
+        if "PGCONNECT_TIMEOUT" in os.environ:
+            del defaults["connect_timeout"]
+        options: dict[str, Any] = {"autocommit": True} | {k: v for k, v in defaults.items() if k not in given}
         psycopg.connect(conninfo, **options).close()
     except psycopg.ProgrammingError as error:  # libpq refused the conninfo itself (an unknown option)
         raise InvalidInput(f"invalid PostgreSQL conninfo: {_one_line(error)}") from error
@@ -269,7 +307,6 @@ class PostgresStore:
             kwargs=_connection_options(conninfo, connect_timeout),
             connection_class=_store_connection(),
             configure=configure,
-            check=_ping_if_suspect,
             open=True,
         )
         # every statement composed and rendered once, the schema as a quoted Identifier: no SQL is ever
@@ -386,14 +423,18 @@ class PostgresStore:
         done: list[int] = []
         lock = int.from_bytes(hashlib.sha256(f"safe_effects:{self.schema}".encode()).digest()[:8], signed=True)
         with self._checkout() as conn, conn.transaction():
-            # an index built on a large table, or a wait for another process's migration, may take long
+            # an index built on a large table, or a wait for another process's migration (or its locks), may
+            # take long: neither a statement nor a lock timeout of the URL's or the role's may cut it short
             conn.execute("SET LOCAL statement_timeout = 0")
+            conn.execute("SET LOCAL lock_timeout = 0")
             conn.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (lock,))
+            applied = self._applied_versions(conn)
+            if applied.issuperset(self._migrations):  # up to date: no DDL, which a role with DML rights may not run
+                return done
             # checked first: CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when it exists
             if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)).fetchone() is None:
                 conn.execute(self._create_schema)
             conn.execute(self._bookkeeping)
-            applied = {row[0] for row in conn.execute(self._applied)}
             for version, statements in self._migrations.items():
                 if version in applied:
                     continue
@@ -405,9 +446,13 @@ class PostgresStore:
 
     def pending_migrations(self) -> list[int]:
         with self._checkout() as conn:
-            known = conn.execute("SELECT to_regclass(%s)", (self._bookkeeping_name,)).fetchone()
-            applied = {row[0] for row in conn.execute(self._applied)} if known and known[0] else set()
+            applied = self._applied_versions(conn)
         return [version for version in self._migrations if version not in applied]
+
+    def _applied_versions(self, conn: Connection[Any]) -> set[int]:
+        """The versions the schema's bookkeeping table lists; none while the table (or schema) is missing."""
+        known = conn.execute("SELECT to_regclass(%s)", (self._bookkeeping_name,)).fetchone()
+        return {row[0] for row in conn.execute(self._applied)} if known and known[0] else set()
 
     def close(self) -> None:
         self._pool.close()
