@@ -528,7 +528,7 @@ def test_evidence_is_stored_once_per_event(store: Store) -> None:
     assert store.evidence_for("other", KEY) == []
 
 
-def test_status_counts_and_oldest_updated(store: Store) -> None:
+def test_status_counts_and_oldest_dispatched(store: Store) -> None:
     seed_listing(store)
     assert store.status_counts(list(S)) == [
         ("acme", "fake", S.UNKNOWN, 1),
@@ -546,10 +546,16 @@ def test_status_counts_and_oldest_updated(store: Store) -> None:
     assert store.status_counts([]) == []
     with pytest.raises(ValueError, match="bogus"):
         store.status_counts(["bogus"])  # type: ignore[list-item]
-    oldest = store.oldest_updated(S.UNKNOWN)
+    oldest = store.oldest_dispatched(S.UNKNOWN)  # never dispatched: their update times
     assert oldest == {"fake": T0 + timedelta(minutes=2), "other": T0 + timedelta(minutes=1)}
     assert all(value.utcoffset() == timedelta(0) for value in oldest.values())
-    assert store.oldest_updated(S.REJECTED) == {}
+    assert store.oldest_dispatched(S.REJECTED) == {}
+    # first sent an hour ago, written since (a same-key replay): in doubt for the hour, not since the write
+    replayed = make(
+        "a:6:x:v1", status=S.UNKNOWN, at=T0 + timedelta(minutes=9), first_dispatched_at=T0 - timedelta(hours=1)
+    )
+    store.insert_if_absent(replayed)
+    assert store.oldest_dispatched(S.UNKNOWN)["fake"] == T0 - timedelta(hours=1)
 
 
 def test_counting_unsettled_statuses_does_not_read_the_history(store: Store) -> None:
@@ -557,7 +563,7 @@ def test_counting_unsettled_statuses_does_not_read_the_history(store: Store) -> 
     served by the status index, not a scan of every confirmed record the ledger has ever kept."""
     statuses = [S.PREPARED, S.IN_FLIGHT, S.UNKNOWN]
     if isinstance(store, SQLiteStore):
-        plans = sqlite_plans(store, lambda s: (s.status_counts(statuses), s.oldest_updated(S.UNKNOWN)))
+        plans = sqlite_plans(store, lambda s: (s.status_counts(statuses), s.oldest_dispatched(S.UNKNOWN)))
         assert len(plans) == 2, plans
         for plan in plans.values():
             assert "USING INDEX effect_intents_status_updated" in plan, plan

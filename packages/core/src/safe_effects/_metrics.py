@@ -21,7 +21,7 @@ from ._store import Store
 # the statuses a scrape counts, in the order they are exported: the few the status index serves cheaply
 _COUNTED = tuple(status for status in EffectStatus if status in UNSETTLED)
 
-# what a scrape reads: (tenant, provider, status, count) rows, and the oldest unknown's update time by provider
+# what a scrape reads: (tenant, provider, status, count) rows, and the oldest unknown's first dispatch by provider
 _Numbers = tuple[list[tuple[str, str, EffectStatus, int]], dict[str, datetime]]
 # event -> (metric attribute, label names); labels an event lacks are exported as ""
 _EVENTS: Mapping[str, tuple[str, tuple[str, ...]]] = {
@@ -126,13 +126,13 @@ class StoreCollector:
             for status in _COUNTED:  # zeros too, so a series does not vanish when its last record settles
                 effects.add_metric([tenant, provider, status.value], found.get((tenant, provider, status), 0))
         now = self.clock()
-        for provider, updated_at in oldest_unknown.items():
-            oldest.add_metric([provider], max(0.0, (now - updated_at).total_seconds()))
+        for provider, sent_at in oldest_unknown.items():
+            oldest.add_metric([provider], max(0.0, (now - sent_at).total_seconds()))
         up.add_metric([], 1)
         yield from (effects, oldest, up)
 
     def _query(self) -> _Numbers:
-        return self.store.status_counts(_COUNTED), self.store.oldest_updated(EffectStatus.UNKNOWN)
+        return self.store.status_counts(_COUNTED), self.store.oldest_dispatched(EffectStatus.UNKNOWN)
 
     def _families(self) -> tuple[Any, Any, Any]:
         gauge = self._core.GaugeMetricFamily
@@ -145,7 +145,8 @@ class StoreCollector:
             ),
             gauge(
                 "safe_effects_oldest_unknown_age_seconds",
-                "Seconds since the least recently updated unknown record of each provider was last touched",
+                "Seconds since the oldest unknown record of each provider was first sent: how long it has been in "
+                "doubt (a replay or a lease expiry since does not shorten it)",
                 labels=["provider"],
             ),
             gauge("safe_effects_store_up", "1 when the last scrape could read the ledger store"),

@@ -388,7 +388,10 @@ class PostgresStore:
             ).format(intents)
         )
         self._oldest = _render(
-            sql.SQL("SELECT provider, min(updated_at) FROM {} WHERE status = %s GROUP BY provider").format(intents)
+            sql.SQL(
+                "SELECT provider, min(coalesce(first_dispatched_at, updated_at)) FROM {} WHERE status = %s "
+                "GROUP BY provider"
+            ).format(intents)
         )
         cursors = sql.Identifier(self.schema, "reconciler_cursors")
         self._cursor = _render(
@@ -632,7 +635,7 @@ class PostgresStore:
             rows = conn.execute(self._status_counts, (values,)).fetchall()
         return [(tenant, provider, EffectStatus(status), count) for tenant, provider, status, count in rows]
 
-    def oldest_updated(self, status: EffectStatus) -> dict[str, datetime]:
+    def oldest_dispatched(self, status: EffectStatus) -> dict[str, datetime]:
         with self._checkout() as conn:
             rows = conn.execute(self._oldest, (EffectStatus(status).value,)).fetchall()
         return {provider: oldest.astimezone(UTC) for provider, oldest in rows}

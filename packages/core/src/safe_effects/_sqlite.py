@@ -432,10 +432,10 @@ class SQLiteStore:
         )
         return [(tenant, provider, EffectStatus(status), count) for tenant, provider, status, count in rows]
 
-    def oldest_updated(self, status: EffectStatus) -> dict[str, datetime]:
+    def oldest_dispatched(self, status: EffectStatus) -> dict[str, datetime]:
         rows = self._conn().execute(
-            f"SELECT provider, min(updated_at) FROM effect_intents INDEXED BY {_STATUS_INDEX} WHERE status = ? "
-            "GROUP BY provider",
+            "SELECT provider, min(coalesce(first_dispatched_at, updated_at)) "
+            f"FROM effect_intents INDEXED BY {_STATUS_INDEX} WHERE status = ? GROUP BY provider",
             (EffectStatus(status).value,),
         )
         return {provider: _CODEC.time_in(oldest) for provider, oldest in rows}

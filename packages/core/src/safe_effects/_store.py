@@ -110,8 +110,9 @@ class Store(Protocol):
         """
         ...
 
-    def oldest_updated(self, status: EffectStatus) -> dict[str, datetime]:
-        """Per provider, the oldest ``updated_at`` among records in ``status``."""
+    def oldest_dispatched(self, status: EffectStatus) -> dict[str, datetime]:
+        """Per provider, the earliest first dispatch among records in ``status`` (the update time of one never
+        dispatched): how long the oldest has been in doubt, whatever was written to it since."""
         ...
 
     def reconciler_cursor(self, name: str) -> tuple[datetime, str, str] | None:
