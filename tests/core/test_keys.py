@@ -88,20 +88,32 @@ def test_parse_accepts_the_longest_key() -> None:
     assert IntentKey.parse(longest) == longest
 
 
+def record_fields(intent_key: str) -> dict[str, str]:
+    return {
+        "tenant": "default",
+        "intent_key": intent_key,
+        "provider": "p",
+        "operation": "o",
+        "request_digest": "d",
+        "status": "prepared",
+        "created_at": "2024-01-01T00:00:00Z",
+        "updated_at": "2024-01-01T00:00:00Z",
+    }
+
+
 def test_records_validate_their_keys() -> None:
     with pytest.raises(ValidationError, match="needs at least 4 parts"):
-        EffectRecord.model_validate(
-            {
-                "tenant": "default",
-                "intent_key": "not-a-key",
-                "provider": "p",
-                "operation": "o",
-                "request_digest": "d",
-                "status": "prepared",
-                "created_at": "2024-01-01T00:00:00Z",
-                "updated_at": "2024-01-01T00:00:00Z",
-            }
-        )
+        EffectRecord.model_validate(record_fields("not-a-key"))
+
+
+def test_records_and_keys_round_trip_through_json() -> None:
+    """JSON holds no IntentKey instances: a key arrives as a string and is parsed (and checked) like one."""
+    record = EffectRecord.model_validate(record_fields("invoice:inv_1:collect:v1"))
+    again = EffectRecord.model_validate_json(record.model_dump_json())
+    assert again == record
+    assert type(again.intent_key) is IntentKey
+    with pytest.raises(ValidationError, match="needs at least 4 parts"):
+        EffectRecord.model_validate_json(record.model_dump_json().replace("invoice:inv_1:collect:v1", "not-a-key"))
 
 
 def test_tag_safe_examples() -> None:

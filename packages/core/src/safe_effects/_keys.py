@@ -112,11 +112,11 @@ class IntentKey(str):
 
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
-        # an IntentKey passes as it is (records are built from parsed keys on the hot path); a str is parsed
-        return core_schema.union_schema(
-            [
-                core_schema.is_instance_schema(cls),
-                core_schema.no_info_after_validator_function(cls.parse, core_schema.str_schema()),
-            ],
+        # an IntentKey passes as it is (records are built from parsed keys on the hot path); a str is parsed.
+        # JSON holds no instances: pydantic-core before 2.10 refused an isinstance check in JSON mode
+        parse = core_schema.no_info_after_validator_function(cls.parse, core_schema.str_schema())
+        return core_schema.json_or_python_schema(
+            json_schema=parse,
+            python_schema=core_schema.union_schema([core_schema.is_instance_schema(cls), parse]),
             serialization=core_schema.to_string_ser_schema(),
         )
