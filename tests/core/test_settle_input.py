@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from safe_effects import (
+    EffectRejected,
     EffectRequest,
     EffectStatus,
     EffectUnknown,
@@ -281,3 +282,10 @@ def test_a_rejected_intent_is_corrected_only_to_confirmed_and_only_on_its_provid
     corrected = operator.resolve(KEY, to=EffectStatus.CONFIRMED, evidence="e-own", **confirm).record
     assert (corrected.status, corrected.provider_result_id) == (EffectStatus.CONFIRMED, "fx_1")
     assert world.ledger.get(KEY) == corrected
+
+
+def test_a_retry_of_an_intent_a_person_rejected_says_who_rejected_it_not_the_provider(world: World) -> None:
+    world.ledger.settle(world.record, EffectStatus.REJECTED, resolution=BY_HAND, actor="operator:alice")
+    with pytest.raises(EffectRejected, match=r"was rejected by operator alice \(seen\)$"):
+        world.ledger.execute(world.adapter, CHARGE, intent_key=KEY)
+    assert len(world.fake.effects()) == 1  # the one the lost answer was about; nothing sent again

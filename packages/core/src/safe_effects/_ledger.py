@@ -1132,11 +1132,17 @@ class Ledger:
 
     @staticmethod
     def _rejected(record: EffectRecord, error: BaseException | None) -> EffectRejected:
-        # an adapter's own refusal never left this process: say so, and why, rather than blame the provider
-        by = f"the {record.provider} adapter before sending: {error}" if isinstance(error, InvalidInput) else ""
+        # an adapter's own refusal never left this process, and a person's decision is not the provider's: say
+        # who decided, and why, rather than blame the provider
+        settled_by = record.resolution
+        if isinstance(error, InvalidInput):
+            why = f"the {record.provider} adapter before sending: {error}"
+        elif settled_by is not None and settled_by.operator is not None:
+            why = f"operator {settled_by.operator} ({settled_by.reason or 'no reason given'})"
+        else:
+            why = f"{record.provider} ({record.last_error_class or 'rejected'}: {record.last_error_code or 'no code'})"
         return EffectRejected(
-            f"intent {record.intent_key!r} was rejected by {by or record.provider} "
-            f"({record.last_error_class or 'rejected'}: {record.last_error_code or 'no code'})",
+            f"intent {record.intent_key!r} was rejected by {why}",
             intent_key=record.intent_key,
             record=record,
             provider_error=error,
