@@ -341,9 +341,9 @@ class PostgresStore:
             ),
         )
         self._insert = _render(
-            sql.SQL(
-                "INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (tenant_id, intent_key) DO NOTHING RETURNING 1"
-            ).format(intents, cols, sql.SQL(", ").join([sql.SQL("%s")] * len(RECORD_COLUMNS)))
+            sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (tenant_id, intent_key) DO NOTHING").format(
+                intents, cols, sql.SQL(", ").join([sql.SQL("%s")] * len(RECORD_COLUMNS))
+            )
         )
         self._updates: dict[tuple[tuple[str, ...], bool], tuple[bytes, RowEncoder]] = {}  # filled by _update
         condition = " WHERE tenant_id = %s AND intent_key = %s AND status = %s AND version = %s "
@@ -356,7 +356,7 @@ class PostgresStore:
                     )
                 ),
             ),
-            False: (_render(sql.SQL("UPDATE {} SET ").format(intents)), _render(sql.SQL(condition + "RETURNING 1"))),
+            False: (_render(sql.SQL("UPDATE {} SET ").format(intents)), _render(sql.SQL(condition))),
         }
         self._records_select = _render(select).decode().rstrip()  # list_statement composes per-status reads
         self._by_provider_key = _render(
@@ -484,7 +484,7 @@ class PostgresStore:
     ) -> tuple[EffectRecord, bool]:
         for _ in range(3):  # a purge may delete the conflicting row between the two statements
             # tuple rows for the writes: a dict row maker per statement is measurable at this rate
-            if self._writer(conn).execute(self._insert, params).fetchone() is not None:
+            if self._writer(conn).execute(self._insert, params).rowcount == 1:
                 return record, True  # the row is exactly the record: no need to parse it back
             existing = self._fetch_one(conn, record.tenant, record.intent_key)
             if existing is not None:
@@ -531,7 +531,7 @@ class PostgresStore:
             with atomic:
                 if approval is not None and not self._decide(conn, approval, was=ApprovalState.PENDING):
                     raise decided_meanwhile(approval)
-                if self._writer(conn).execute(query, params).fetchone() is None:
+                if self._writer(conn).execute(query, params).rowcount != 1:
                     raise stale(record, self._fetch_one(conn, record.tenant, record.intent_key))
                 if before_commit is not None:
                     before_commit()
