@@ -111,6 +111,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "FaultWatch",
         "GenericFakeAdapter",
         "GenericFakeProvider",
+        "RecordingObserver",
         "ReplayCall",
         "ReplayFault",
         "ReplayFaultKind",

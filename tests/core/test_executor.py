@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from safe_effects import (
+    ConcurrentSameKey,
     CrashPlan,
     CrashPoint,
     EffectDeferred,
@@ -418,14 +419,20 @@ def test_retries_past_the_lease_would_send_twice_where_a_lookup_proves_absence(s
     assert [outcome for _, outcome in env.fake.requests()] == ["refused", "refused", "refused", "ok"]
 
 
+@pytest.mark.parametrize("keys", ["none", "run twice when concurrent"])
 @pytest.mark.parametrize("lease_seconds", [1, 5])
 def test_a_lease_a_normal_answer_can_outlast_is_refused_where_only_the_lease_stops_a_second_send(
-    store_url: str, tmp_path: Path, lease_seconds: int
+    store_url: str, tmp_path: Path, lease_seconds: int, keys: str
 ) -> None:
-    """No keys, and a lookup whose "absent" reopens the intent: a worker still waiting for an answer past its
-    lease is taken over, proven absent and sent again. A lease not longer than the provider's normal response
-    window (5 s here) is refused before anything is written or sent; with keys the provider's dedupe stops it."""
+    """No keys (or keys the provider runs twice when the same one arrives while the first is in progress), and a
+    lookup whose "absent" reopens the intent: a worker still waiting for an answer past its lease is taken over,
+    proven absent and sent again. A lease not longer than the provider's normal response window (5 s here) is
+    refused before anything is written or sent; where a concurrent same key is refused, the provider stops it."""
     env = make_env(store_url, tmp_path, dedupe=False, proves_absence=True)
+    if keys != "none":
+        contract = generic_contract(lookup_proves_absence=True)
+        duplicating = contract.idempotency.model_copy(update={"concurrent_same_key": ConcurrentSameKey.DUPLICATES})
+        env.adapter.contract = contract.model_copy(update={"idempotency": duplicating})
     short = Ledger(env.ledger.store, clock=env.clock, lease=LeasePolicy(duration=timedelta(seconds=lease_seconds)))
 
     with pytest.raises(InvalidInput, match=rf"lease \({lease_seconds} s\) must outlast fake's normal response window"):

@@ -28,6 +28,7 @@ from safe_effects import (
     Ledger,
     LookupResult,
     LookupStatus,
+    Operator,
     Receipt,
     RetryPolicy,
 )
@@ -145,6 +146,13 @@ def test_a_late_refusal_settles_only_the_attempt_it_answers(
 
     assert ledger.get(key).status is settled
     assert len(fake.effects()) == 1
+    if settled is EffectStatus.UNKNOWN:  # nor does it stand in the way of an operator who saw attempt 2 act
+        record = ledger.get(key)
+        confirmed = Operator(ledger).resolve(
+            key, to=EffectStatus.CONFIRMED, operator="alice", reason="the dashboard shows it",
+            expect_version=record.version, provider_result_id=fake.effects()[0].result_id, evidence="dashboard",
+        )  # fmt: skip
+        assert confirmed.record.status is EffectStatus.CONFIRMED
 
 
 class LaggingSearch(GenericFakeAdapter):

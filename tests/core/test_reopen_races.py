@@ -16,11 +16,13 @@ from typing import Any
 import pytest
 
 from safe_effects import (
+    EffectDeferred,
     EffectOutcome,
     EffectRecord,
     EffectRejected,
     EffectRequest,
     EffectStatus,
+    Evidence,
     EvidenceVerdict,
     IllegalTransition,
     IntentConflict,
@@ -31,7 +33,14 @@ from safe_effects import (
     Reconciler,
     RetryPolicy,
 )
-from safe_effects.testing import FakeClock, FakeFailure, GenericFakeAdapter, GenericFakeProvider, generic_contract
+from safe_effects.testing import (
+    FakeClock,
+    FakeFailure,
+    GenericFakeAdapter,
+    GenericFakeProvider,
+    RecordingObserver,
+    generic_contract,
+)
 
 KEY = "invoice:inv_42:collect:v1"
 R1, R2 = "invoice:inv_42:refund:v1", "invoice:inv_42:refund:v2"
@@ -298,3 +307,78 @@ def test_an_operator_corrects_a_rejected_refund_the_provider_did_make_and_its_or
     with pytest.raises(IllegalTransition):
         other.compensate(adapter, REFUND, original_key=KEY, compensating_key=R2)
     assert [e.key for e in fake.effects() if "refund" in e.key] == [f"default/{R1}"]
+
+
+@pytest.mark.parametrize(("second", "settled"), [("declined", EffectStatus.REJECTED), ("acts", EffectStatus.CONFIRMED)])
+def test_a_late_answer_filed_while_another_attempt_is_in_flight_is_raised_when_that_attempt_settles(
+    open_ledger: OpenLedger, tmp_path: Path, second: str, settled: EffectStatus
+) -> None:
+    """No keys, lookups that prove absence: A is held on the wire past its lease; B proves the intent absent
+    and sends it again; while B is on the wire, A's request lands and acts, and its late answer is filed. When
+    B's attempt then settles (declined: rejected; or acting too: a second object), the record shows one
+    outcome where the provider holds A's effect too: raised, not left to be found."""
+    clock = FakeClock()
+    fake = GenericFakeProvider(tmp_path / "fake.db", clock=clock, dedupe=False)
+    contract = generic_contract(dedupe=False, lookup_proves_absence=True)
+    held = HeldOnTheWire(fake, contract)
+    worker_a, worker_b = open_ledger(clock=clock, retry=NO_WAIT), open_ledger(clock=clock, retry=NO_WAIT)
+    seen = RecordingObserver()
+    worker_b.observer = seen
+    thread, raised = in_background(lambda: worker_a.execute(held, CHARGE, intent_key=KEY))
+    assert held.entered.wait(10)
+    clock.advance(worker_a.lease.duration * 2)
+
+    class LetsTheFirstLandFirst(GenericFakeAdapter):
+        def dispatch(self, request: EffectRequest, provider_key: str) -> str:
+            held.release.set()
+            thread.join(10)  # A's request lands, acts and answers late, while B's is on the wire
+            if second == "declined":
+                fake.fail_next(FakeFailure.DECLINED)
+            return super().dispatch(request, provider_key)
+
+    if second == "declined":
+        with pytest.raises(EffectRejected):
+            worker_b.execute(LetsTheFirstLandFirst(fake, contract), CHARGE, intent_key=KEY)
+    else:
+        worker_b.execute(LetsTheFirstLandFirst(fake, contract), CHARGE, intent_key=KEY)
+
+    assert [type(error) for error in raised] == [LeaseLost]
+    record = worker_b.get(KEY)
+    assert (record.status, record.attempt_count) == (settled, 2)
+    assert len(fake.effects()) == (1 if second == "declined" else 2)
+    assert [labels["status"] for labels in seen.named("unrecorded_effect")] == [settled.value]
+
+
+def test_a_compensation_corrected_to_confirmed_takes_the_name_from_one_that_has_not_acted(
+    open_ledger: OpenLedger, tmp_path: Path
+) -> None:
+    """R1 declined (rejected); R2 named and deferred (prepared: nothing happened); then R1's provider says it
+    refunded after all. Corrected, R1 marks the charge compensated, and R2's retry is refused: one refund."""
+    clock = FakeClock()
+    fake = GenericFakeProvider(tmp_path / "fake.db", clock=clock, dedupe=False)
+    adapter = GenericFakeAdapter(fake, generic_contract(dedupe=False))
+    ledger = open_ledger(clock=clock, retry=RetryPolicy(max_attempts=1, initial_wait=0.0, max_wait=0.05))
+    ledger.execute(adapter, CHARGE, intent_key=KEY)
+    fake.fail_next(FakeFailure.DECLINED)
+    with pytest.raises(EffectRejected):
+        ledger.compensate(adapter, REFUND, original_key=KEY, compensating_key=R1)
+    fake.fail_next(FakeFailure.RATE_LIMITED)
+    with pytest.raises(EffectDeferred):
+        ledger.compensate(adapter, REFUND, original_key=KEY, compensating_key=R2)
+    assert (ledger.get(R2).status, ledger.get(KEY).compensated_by) == (EffectStatus.PREPARED, R2)
+    refunded = Evidence(
+        tenant="default", intent_key=R1, provider="fake", source="events", event_id="ev-r1", kind="refunded",
+        verdict=EvidenceVerdict.CONFIRMS, provider_result_id="re_1", received_at=clock(),
+    )  # fmt: skip
+    assert ledger.record_evidence(refunded)
+
+    Operator(ledger).resolve(
+        R1, to=EffectStatus.CONFIRMED, operator="alice", reason="the provider's event shows the refund",
+        expect_version=ledger.get(R1).version, provider_result_id="re_1", evidence="ev-r1",
+    )  # fmt: skip
+
+    original = ledger.get(KEY)
+    assert (original.status, original.compensated_by) == (EffectStatus.COMPENSATED, R1)
+    with pytest.raises(IllegalTransition, match="already compensated by"):
+        ledger.compensate(adapter, REFUND, original_key=KEY, compensating_key=R2)
+    assert [e.key for e in fake.effects() if "refund" in e.key] == []  # R1's refund is the provider's word only

@@ -31,7 +31,13 @@ from safe_effects import (
     RetryPolicy,
     UndigestibleRequest,
 )
-from safe_effects.testing import FakeFailure, GenericFakeAdapter, GenericFakeProvider, generic_contract
+from safe_effects.testing import (
+    FakeFailure,
+    GenericFakeAdapter,
+    GenericFakeProvider,
+    RecordingObserver,
+    generic_contract,
+)
 
 KEY = "invoice:inv_7:collect:v1"
 CHARGE = EffectRequest(operation="charge", params={"amount": 100})
@@ -197,25 +203,15 @@ def test_a_compensation_whose_params_are_not_an_object_is_refused_before_anythin
     assert len(world.fake.effects()) == 1
 
 
-class Events:
-    """An Observer that keeps what it was told."""
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, dict[str, str]]] = []
-
-    def on_event(self, event: str, labels: Any) -> None:
-        self.seen.append((event, dict(labels)))
-
-
 def test_only_the_records_own_provider_can_contradict_a_confirmed_effect(world: World) -> None:
     world.ledger.settle(world.record, EffectStatus.CONFIRMED, resolution=BY_HAND, actor="a")
-    events = Events()
+    events = RecordingObserver()
     world.ledger.observer = events
     refused = {"verdict": EvidenceVerdict.REJECTS, "kind": "dropped"}
     assert world.ledger.record_evidence(evidence(provider="elsewhere", event_id="e-other", **refused))
-    assert [name for name, _ in events.seen] == []  # another provider's event decides nothing here
+    assert [name for name, _ in events.events] == []  # another provider's event decides nothing here
     assert world.ledger.record_evidence(evidence(event_id="e-own", **refused))
-    assert [(name, labels["kind"]) for name, labels in events.seen] == [("contradicting_evidence", "dropped")]
+    assert [(name, labels["kind"]) for name, labels in events.events] == [("contradicting_evidence", "dropped")]
     assert world.ledger.get(KEY).status is EffectStatus.CONFIRMED
 
 
@@ -223,19 +219,19 @@ def test_evidence_that_a_rejected_intent_acted_is_raised_as_an_unrecorded_effect
     world: World, caplog: pytest.LogCaptureFixture
 ) -> None:
     """An operator resolved the intent rejected, then the provider's answer or event says it acted: money may
-    have moved where the ledger says none did. Only its own provider's confirmation or acceptance counts."""
+    have moved where the ledger says none did. Only its own provider's confirmation counts: an acceptance (SES
+    Send, SendGrid processed) may come with the refusal that rejected it."""
     rejected = world.ledger.settle(world.record, EffectStatus.REJECTED, resolution=BY_HAND, actor="a")
-    events = Events()
+    events = RecordingObserver()
     world.ledger.observer = events
     assert world.ledger.record_evidence(evidence(provider="elsewhere", event_id="e-other"))
     assert world.ledger.record_evidence(evidence(event_id="e-refused", verdict=EvidenceVerdict.REJECTS))
-    assert events.seen == []
-    for event_id, verdict in (("e-confirms", EvidenceVerdict.CONFIRMS), ("e-accepts", EvidenceVerdict.ACCEPTS)):
-        assert world.ledger.record_evidence(evidence(event_id=event_id, verdict=verdict))
+    assert world.ledger.record_evidence(evidence(event_id="e-accepts", verdict=EvidenceVerdict.ACCEPTS))
+    assert events.events == []
+    assert world.ledger.record_evidence(evidence(event_id="e-confirms"))
 
-    assert [(name, labels["status"], labels["source"]) for name, labels in events.seen] == [
-        ("unrecorded_effect", "rejected", "events"),
-        ("unrecorded_effect", "rejected", "events"),
+    assert [(name, labels["status"], labels["source"]) for name, labels in events.events] == [
+        ("unrecorded_effect", "rejected", "events")
     ]
     assert "is rejected, but events evidence 'e-confirms' says the provider acted on it" in caplog.text
     assert world.ledger.get(KEY) == rejected  # nothing here can undo it: it is raised, not rewritten
@@ -250,15 +246,15 @@ def test_a_late_answer_naming_a_second_object_beside_the_confirmed_one_is_an_unr
     confirmed = world.ledger.settle(
         world.record, EffectStatus.CONFIRMED, resolution=BY_HAND, actor="a", provider_result_id="fx_1"
     )
-    events = Events()
+    events = RecordingObserver()
     world.ledger.observer = events
     late = {"source": "late_response", "kind": "confirmed"}
     assert world.ledger.record_evidence(evidence(event_id="late-same", provider_result_id="fx_1", **late))
     assert world.ledger.record_evidence(evidence(event_id="hook-other", provider_result_id="msg_9"))
-    assert events.seen == []
+    assert events.events == []
     assert world.ledger.record_evidence(evidence(event_id="late-other", provider_result_id="fx_2", **late))
 
-    assert [(name, labels["status"]) for name, labels in events.seen] == [("unrecorded_effect", "confirmed")]
+    assert [(name, labels["status"]) for name, labels in events.events] == [("unrecorded_effect", "confirmed")]
     assert "names 'fx_2' beside the recorded 'fx_1'" in caplog.text
     assert world.ledger.get(KEY) == confirmed
 

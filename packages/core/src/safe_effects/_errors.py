@@ -182,7 +182,7 @@ class EffectInProgress(EffectOutcome):
 
 class LeaseLost(EffectOutcome):
     """A worker finished after its lease was taken over, and its answer, kept as evidence, did not settle the
-    intent as it said (``record`` is the intent as it stands: unknown, or settled otherwise)."""
+    intent as it said (``record`` is the intent as it stands: unknown, in flight again, or settled otherwise)."""
 
     code = "lease_lost"
 

@@ -28,7 +28,7 @@ from ._adapter import (
 )
 from ._approvals import Approval
 from ._clock import Clock, system_clock
-from ._contract import ProviderContract
+from ._contract import ConcurrentSameKey, ProviderContract
 from ._crash import NO_CRASH, CrashPlan, CrashPoint
 from ._digest import check_plain_json, request_digest
 from ._errors import (
@@ -51,7 +51,7 @@ from ._observer import NullObserver, Observer
 from ._policies import DEFAULT_LEASE, DEFAULT_RETRY, LeasePolicy, RetryPolicy
 from ._records import EffectRecord, Evidence, EvidenceVerdict, Receipt, Resolution
 from ._sending import Retryable, Settled, send_with_retries
-from ._states import EffectStatus, resolvable, settled_status
+from ._states import TERMINAL, EffectStatus, resolvable, settled_status
 from ._store import Store
 from ._tenants import DEFAULT_TENANT, check_tenant
 from ._text import check_storable, holds_unstorable_text
@@ -69,7 +69,6 @@ LATE_RESPONSE = "late_response"  # the evidence source of an answer that came af
 # how often new evidence is weighed again when the record moved on meanwhile; each loss is another writer's
 # progress (a reopen, a settle), so a few rounds end it
 _EVIDENCE_ROUNDS = 5
-_ACTED = frozenset({EvidenceVerdict.CONFIRMS, EvidenceVerdict.ACCEPTS})  # verdicts saying the provider acted
 
 
 def _answered_alike(current: EffectRecord, to: EffectStatus, result_id: str | None) -> bool:
@@ -77,7 +76,7 @@ def _answered_alike(current: EffectRecord, to: EffectStatus, result_id: str | No
     return to is not S.UNKNOWN and current.status is to and current.provider_result_id == result_id
 
 
-def _answers_latest(evidence: Evidence, record: EffectRecord) -> bool:
+def answers_latest(evidence: Evidence, record: EffectRecord) -> bool:
     """False for a late refusal of an earlier attempt: the intent was sent again after it (written between
     the late worker's read of the record and its evidence), and it says nothing about whether that one acted."""
     if evidence.source != LATE_RESPONSE or evidence.verdict is not EvidenceVerdict.REJECTS:
@@ -90,7 +89,9 @@ def _shows_an_unrecorded_effect(record: EffectRecord, evidence: Evidence) -> boo
     """Evidence of an effect the record does not show: a rejected intent the provider took, or a late answer
     naming another object than the confirmed one (its ids come from the same adapter, so they compare)."""
     if record.status is S.REJECTED:
-        return evidence.verdict in _ACTED
+        # an acceptance (SES Send, SendGrid processed) may come with a refusal (Reject, dropped): only a
+        # confirmation says the provider carried it out
+        return evidence.verdict is EvidenceVerdict.CONFIRMS
     return (
         record.status in (S.CONFIRMED, S.COMPENSATED)
         and evidence.source == LATE_RESPONSE
@@ -359,6 +360,7 @@ class Ledger:
             approval=approval,
         )
         self._observe("reconciliation", settled, method=resolution.method, outcome=to.value)
+        self._raise_unrecorded_effects(settled)
         self._after_settled(settled)
         return settled
 
@@ -372,6 +374,7 @@ class Ledger:
         if not self.store.add_evidence(evidence):
             return False
         record = self.store.get(evidence.tenant, evidence.intent_key)
+        settled_before = record is not None and record.status in TERMINAL  # else settling it weighs this too
         for _ in range(_EVIDENCE_ROUNDS):
             if record is None:
                 break
@@ -380,7 +383,7 @@ class Ledger:
                 break
             except StaleRecord:  # moved on meanwhile (a reopen, a settle): decide again on what it is now
                 record = self.store.get(evidence.tenant, evidence.intent_key)
-        if record is not None and evidence.provider == record.provider:  # another provider's says nothing here
+        if settled_before and record is not None and evidence.provider == record.provider:  # others' say nothing
             if record.status is S.CONFIRMED and evidence.verdict is EvidenceVerdict.REJECTS:
                 self._contradicted(record, evidence)
             elif _shows_an_unrecorded_effect(record, evidence):
@@ -406,6 +409,13 @@ class Ledger:
             record.intent_key, evidence.source, evidence.event_id, evidence.kind,
         )  # fmt: skip
         self._observe("contradicting_evidence", record, source=evidence.source, kind=evidence.kind)
+
+    def _raise_unrecorded_effects(self, settled: EffectRecord) -> None:
+        """Evidence already on record that the intent's settled state does not show: a late answer of one
+        attempt filed while another was still in flight, which then settled otherwise."""
+        for evidence in self._own_evidence(settled):
+            if _shows_an_unrecorded_effect(settled, evidence):
+                self._unrecorded_effect(settled, evidence)
 
     def _unrecorded_effect(self, record: EffectRecord, evidence: Evidence) -> None:
         """The provider acted where the record says it did not (rejected), or a late answer names a second
@@ -483,17 +493,22 @@ class Ledger:
             raise InvalidInput(f"intent {key!r}: invalid {fields}: {error}") from error
 
     def _refuse_short_lease(self, contract: ProviderContract) -> None:
-        """Where only the lease keeps a second send away (no idempotency keys, and a lookup's "absent" reopens
-        the intent), a lease that a normal answer can outlast has a live call taken over and sent again."""
-        if contract.idempotency.supported or not contract.redispatch_when_proven_absent:
-            return
+        """Where only the lease keeps a second send away (no keys, or keys the provider runs twice when the
+        same one comes in while the first is in progress, and a lookup's "absent" reopens the intent), a lease
+        that a normal answer can outlast has a live call taken over and sent again."""
+        keys = contract.idempotency
+        if (keys.supported and keys.concurrent_same_key is ConcurrentSameKey.CONFLICT) or (
+            not contract.redispatch_when_proven_absent
+        ):
+            return  # a resend while the first is live is refused by the provider, or never made
         if self.lease.duration > contract.normal_response_window:
             return
         raise InvalidInput(
             f"the lease ({self.lease.duration.total_seconds():g} s) must outlast {contract.provider}'s normal "
-            f"response window ({contract.normal_response_window.total_seconds():g} s): without idempotency keys, "
-            "and with lookups whose 'absent' sends the intent again, a call still waiting for its answer would be "
-            "taken over and sent twice; give the Ledger a longer LeasePolicy(duration=...)"
+            f"response window ({contract.normal_response_window.total_seconds():g} s): without keys that refuse a "
+            "resend while the first call is in progress, and with lookups whose 'absent' sends the intent again, a "
+            "call still waiting for its answer would be taken over and sent twice; give the Ledger a longer "
+            "LeasePolicy(duration=...)"
         )
 
     def _refuse_unsendable(self, adapter: ProviderAdapter[Any], request: EffectRequest, fresh: EffectRecord) -> None:
@@ -607,8 +622,8 @@ class Ledger:
         return self._move(record, S.UNKNOWN, reason)
 
     def _acted_evidence(self, record: EffectRecord) -> list[Evidence]:
-        """Its own provider's answers or events saying it acted (confirmed it, or took the message)."""
-        return [e for e in self._own_evidence(record) if e.verdict in _ACTED]
+        """Its own provider's answers or events confirming it acted (an acceptance may still be refused)."""
+        return [e for e in self._own_evidence(record) if e.verdict is EvidenceVerdict.CONFIRMS]
 
     def _own_evidence(self, record: EffectRecord) -> list[Evidence]:
         """Evidence recorded for the intent by its own provider (another provider's event decides nothing)."""
@@ -817,6 +832,8 @@ class Ledger:
             self._observe("dispatch", finished, outcome=to.value)
         else:
             self._observe("reconciliation", finished, method=method, outcome=to.value)
+        if finished.attempt_count > 1 and to in TERMINAL:  # sent before: an earlier attempt may have answered late
+            self._raise_unrecorded_effects(finished)
         try:
             self._after_settled(finished)
         except LedgerUnavailable as down:  # the outcome is written; the next call of the compensation marks it
@@ -899,7 +916,7 @@ class Ledger:
                 verdict=verdict,
                 provider_result_id=result_id,
                 received_at=self.clock(),
-                # the attempt it answers: a refusal of it says nothing about a later attempt (see _answers_latest)
+                # the attempt it answers: a refusal of it says nothing about a later attempt (see answers_latest)
                 detail={"worker": self.worker_id, "attempt": record.attempt_count},
             )
         )
@@ -1009,7 +1026,11 @@ class Ledger:
             return
         # compensated_by is None on an original whose compensation was sent before holds were recorded
         if original.compensated_by not in (None, record.intent_key):
-            return
+            # a rejected compensation corrected to confirmed, after another took the name over
+            renamed = self._rename_from_unsent(original, record)
+            if renamed is None:
+                return
+            original = renamed
         try:
             marked = self._move(
                 original, S.COMPENSATED, f"compensated by {record.intent_key}", {"compensated_by": record.intent_key}
@@ -1020,6 +1041,23 @@ class Ledger:
                 return  # a concurrent caller of this same compensation marked it first: the same answer
             raise
         self._observe("compensation", marked)
+
+    def _rename_from_unsent(self, original: EffectRecord, confirmed: EffectRecord) -> EffectRecord | None:
+        """``original`` renamed to the confirmed compensation, if the one it names has not acted (never
+        recorded, or ``prepared``: unsent, deferred, or proven absent), so its later calls are refused; else
+        None, and two compensations may have acted: that is raised."""
+        assert original.compensated_by is not None
+        holder = self.store.get(original.tenant, original.compensated_by)
+        if holder is None or holder.status is S.PREPARED:
+            with contextlib.suppress(StaleRecord):  # moved on meanwhile: what it is now is looked at below
+                return self._rename(original, confirmed.intent_key, f"compensation {confirmed.intent_key} acted")
+        _log.error(
+            "intent %r is compensated by %r, which acted, but names %r (%s) as its compensation: both may have "
+            "acted; check at the provider",
+            original.intent_key, confirmed.intent_key, original.compensated_by, holder.status if holder else "gone",
+        )  # fmt: skip
+        self._observe("unrecorded_effect", original, source="compensation", status=original.status.value)
+        return None
 
     # -- reconciliation -----------------------------------------------------------------------------------
 
@@ -1060,7 +1098,7 @@ class Ledger:
         recorded by a webhook) it waits for the reconciler or the caller's retry. Only the record's own
         provider speaks for it: a SendGrid event naming a Stripe intent decides nothing.
         """
-        mine = [e for e in self._own_evidence(record) if _answers_latest(e, record)]
+        mine = [e for e in self._own_evidence(record) if answers_latest(e, record)]
         by_verdict = {verdict: [e for e in mine if e.verdict is verdict] for verdict in EvidenceVerdict}
         decisive = by_verdict[EvidenceVerdict.REJECTS] or by_verdict[EvidenceVerdict.CONFIRMS]
         accepted = by_verdict[EvidenceVerdict.ACCEPTS]

@@ -13,7 +13,7 @@ from ._adapter import EffectRequest, ProviderAdapter
 from ._approvals import Approval, ApprovalState, decided_meanwhile
 from ._errors import ApprovalError, InvalidInput, StaleRecord
 from ._keys import IntentKey
-from ._ledger import Ledger
+from ._ledger import Ledger, answers_latest
 from ._records import AuditEntry, EffectRecord, Evidence, EvidenceVerdict, Receipt, Resolution
 from ._states import EffectStatus, resolvable, settled_status
 from ._tenants import DEFAULT_TENANT
@@ -149,7 +149,7 @@ class Operator:
             self._close_stale(approval, record, operator)
             again = " (recorded anew since)" if record.created_at > approval.created_at else ""
             raise StaleRecord(
-                f"intent {record.intent_key!r} moved on since {approval.requested_by} asked (saw unknown "
+                f"intent {record.intent_key!r} moved on since {approval.requested_by} asked (saw "
                 f"v{approval.expected_version}, now {record.status} v{record.version}{again}); the request is "
                 "closed as stale: look again and resolve anew if still needed"
             )
@@ -182,7 +182,7 @@ class Operator:
     def decline(
         self, intent_key: IntentKey | str, *, operator: str, reason: str, tenant: str = DEFAULT_TENANT
     ) -> Decision:
-        """Refuse (or, for its author, withdraw) a pending resolution; the record stays unknown."""
+        """Refuse (or, for its author, withdraw) a pending resolution; the record stays as it is."""
         operator = _required(operator, "operator identity (--operator)")
         reason = _required(reason, "a reason (--reason)")
         approval = self._pending(intent_key, tenant)
@@ -277,7 +277,8 @@ class Operator:
         rejection window), a confirmation when an event says it refused. Rejecting a sent effect invites a
         second one under a new key; confirming a refused one hides that nothing happened."""
         recorded = self.ledger.store.evidence_for(record.tenant, record.intent_key)
-        own = [e for e in recorded if e.provider == record.provider]  # another provider's event decides nothing
+        # another provider's event decides nothing, nor a late refusal of an attempt sent again since
+        own = [e for e in recorded if e.provider == record.provider and answers_latest(e, record)]
         verdicts = {e.verdict for e in own}
         if to is S.REJECTED and EvidenceVerdict.REJECTS not in verdicts:
             against = _first(own, EvidenceVerdict.CONFIRMS, EvidenceVerdict.ACCEPTS)

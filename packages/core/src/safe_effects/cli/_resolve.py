@@ -97,7 +97,7 @@ def approve(
 def decline(
     key: str, store: StoreUrl, operator: OperatorName, reason: ReasonText, tenant: Tenant = DEFAULT_TENANT
 ) -> None:
-    """Refuse a pending resolution (or withdraw your own); the intent stays unknown."""
+    """Refuse a pending resolution (or withdraw your own); the intent stays as it is (unknown, or rejected)."""
     with opened(store, worker_id=actor(operator)) as ledger:
         decision = Operator(ledger).decline(key, operator=operator, reason=reason, tenant=tenant)
     emit(f"declined: {decision.record.intent_key} stays {decision.record.status} v{decision.record.version}")

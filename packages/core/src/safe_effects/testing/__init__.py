@@ -14,6 +14,7 @@ from ._cassettes import (
 )
 from ._clock import FakeClock
 from ._crash_kit import CrashKit, Trap
+from ._events import RecordingObserver
 from ._generic_fake import (
     FakeDeclined,
     FakeEffect,
@@ -31,6 +32,7 @@ from ._watch import FaultWatch
 
 __all__ = [
     "FakeClock",
+    "RecordingObserver",
     "FakeHTTPServer",
     "FakeRequest",
     "FakeResponse",
