@@ -7,7 +7,6 @@ short busy timeout (SQLite) or ``lock_timeout`` (PostgreSQL), or PostgreSQL term
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import sqlite3
 import threading
@@ -25,6 +24,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
+import safe_effects._postgres as postgres_module
 from safe_effects import (
     EffectInProgress,
     EffectRecord,
@@ -432,15 +432,12 @@ def test_a_pool_whose_every_connection_died_recovers_on_the_next_call(
     conninfo, _, schema = store_url.rpartition("?schema=")
     tag = f"se-dead-{uuid.uuid4().hex[:8]}"
     store = PostgresStore(make_conninfo(conninfo, application_name=tag), schema=schema, min_size=6, timeout=3.0)
-    ledger = Ledger(store, lease=LEASE, retry=FAST_RETRY)
-    try:
+    with Ledger(store, lease=LEASE, retry=FAST_RETRY) as ledger:
         ledger.execute(adapter, REQUEST, intent_key="warm:up:call:v1")
         store._pool.wait(timeout=10)  # all six open
         assert _terminate(pg_url, tag) >= 6
 
         assert ledger.execute(adapter, REQUEST, intent_key=KEY).record.status is S.CONFIRMED
-    finally:
-        ledger.close()
     assert len(fake.effects()) == 2
 
 
@@ -454,16 +451,13 @@ def test_records_read_back_whatever_datestyle_the_database_sets(
     unreadable after its first write, so no retry, listing or reconciliation could run."""
     conninfo, _, schema = store_url.rpartition("?schema=")
     store = PostgresStore(make_conninfo(conninfo, options=f"-c DateStyle={style.replace(' ', '')}"), schema=schema)
-    ledger = Ledger(store, lease=LEASE, retry=FAST_RETRY)
-    try:
+    with Ledger(store, lease=LEASE, retry=FAST_RETRY) as ledger:
         first = ledger.execute(adapter, REQUEST, intent_key=KEY)
         again = ledger.execute(adapter, REQUEST, intent_key=KEY)  # the caller's retry reads the record back
         assert again.from_ledger
         assert ledger.get(KEY) == again.record
         assert again.record.created_at == first.record.created_at
         assert [r.intent_key for r in store.list_by_status([S.CONFIRMED])] == [KEY]
-    finally:
-        ledger.close()
     assert len(fake.effects()) == 1
 
 
@@ -540,17 +534,65 @@ def test_an_answer_a_read_only_database_cannot_record_is_effect_unknown(
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("backend", ["postgres"])
-def test_the_pools_check_works_on_sockets_past_select_s_limit(store_url: str, caplog: pytest.LogCaptureFixture) -> None:
-    """select() refuses an fd >= 1024, which a busy process's sockets reach: the check must still pass."""
+def test_the_checkout_ping_works_on_sockets_past_select_s_limit(store_url: str) -> None:
+    """select() refuses an fd >= 1024, which a busy process's sockets reach: a new connection (suspect until
+    used, so pinged on checkout) must still be handed out, not fail with select's ValueError."""
     held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
     try:
-        with caplog.at_level(logging.INFO, logger="psycopg.pool"), Ledger.open(store_url) as ledger:
-            for _ in range(3):
-                ledger.store.status_counts([EffectStatus.UNKNOWN])
+        with Ledger.open(store_url) as ledger:
+            counts = [ledger.store.status_counts([EffectStatus.UNKNOWN]) for _ in range(3)]
     finally:
         for fd in held:
             os.close(fd)
-    assert [r.getMessage() for r in caplog.records if "failed check" in r.getMessage()] == []
+    assert counts == [[], [], []]
+
+
+class JobTimeLimit(BaseException):
+    """What a job framework raises into a worker at its time limit (RQ's JobTimeoutException, Celery's)."""
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_job_time_limit_during_the_checkout_ping_puts_the_connection_back(
+    store_url: str, monkeypatch: pytest.MonkeyPatch, adapter: HookedAdapter, fake: GenericFakeProvider
+) -> None:
+    """The ping of a suspect connection may block (a silent network) and a job's time limit fire inside it: the
+    connection must go back to the pool, or a small pool runs dry for good."""
+    conninfo, _, schema = store_url.rpartition("?schema=")
+    store = PostgresStore(conninfo, schema=schema, min_size=1, max_size=1, timeout=2.0)
+
+    def interrupted(conn: Any) -> None:
+        raise JobTimeLimit
+
+    with Ledger(store, lease=LEASE, retry=FAST_RETRY) as ledger:
+        with monkeypatch.context() as patched:
+            patched.setattr(postgres_module, "_ping_if_suspect", interrupted)
+            for _ in range(2):
+                with pytest.raises(JobTimeLimit):
+                    ledger.store.status_counts([EffectStatus.UNKNOWN])
+        assert ledger.execute(adapter, REQUEST, intent_key=KEY).record.status is S.CONFIRMED
+    assert len(fake.effects()) == 1
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_prepare_on_a_callers_connection_of_another_datestyle_reads_the_record_back(
+    store_url: str, pg_url: str, adapter: HookedAdapter
+) -> None:
+    """The pool's connections are set to ISO; a caller's own connection keeps its DateStyle, and preparing the
+    same intent again there reads the existing record back."""
+    _, _, schema = store_url.rpartition("?schema=")
+    with (
+        Ledger.open(store_url) as ledger,
+        psycopg.connect(make_conninfo(pg_url, options="-c DateStyle=German")) as conn,
+    ):
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+        first = ledger.prepare(adapter, REQUEST, intent_key=KEY, connection=conn)
+        again = ledger.prepare(adapter, REQUEST, intent_key=KEY, connection=conn)
+        conn.commit()
+        assert again == first
+        assert ledger.get(KEY) == first
+    assert adapter.dispatches == []
 
 
 @pytest.mark.postgres

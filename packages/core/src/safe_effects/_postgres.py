@@ -7,8 +7,10 @@ appends its audit row atomically, so a claim or a confirm costs one round trip a
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import select
+import threading
 import time
 from collections.abc import Callable, Collection, Mapping
 from contextlib import nullcontext
@@ -65,6 +67,43 @@ _CHECKOUT_ROUNDS = 3  # dead connections met in a row on checkout before taking 
 _MAX_IDENTIFIER_BYTES = 63  # PostgreSQL silently truncates longer names (NAMEDATALEN - 1)
 
 
+_log = logging.getLogger("safe_effects")
+
+
+class _PoolSweep:
+    """``pool.check()`` on a thread of its own, one at a time: every idle connection pinged, the dead replaced.
+
+    After a restart or failover every idle connection is dead. Found one by one by the pool's ``check``, each
+    cost a growing backoff (1, 2, 4, 8 s...) and a grown pool's next call timed out; swept in the caller's
+    thread, a silent network path made the caller wait out one ping per idle connection. Here a caller that
+    met a dead connection waits for the sweep only as long as its own checkout may take.
+    """
+
+    def __init__(self, pool: ConnectionPool[Connection[TupleRow]]) -> None:
+        self._pool = pool
+        self._lock = threading.Lock()
+        self._done: threading.Event | None = None  # the running sweep's, None when none runs
+
+    def wait(self, timeout: float) -> bool:
+        """Start a sweep unless one runs; True once it has finished, False if ``timeout`` ran out first."""
+        with self._lock:
+            if self._done is None:
+                self._done = threading.Event()
+                threading.Thread(target=self._run, args=(self._done,), name="safe-effects-sweep", daemon=True).start()
+            done = self._done
+        return done.wait(max(timeout, 0.0))
+
+    def _run(self, done: threading.Event) -> None:
+        try:
+            self._pool.check()
+        except Exception as error:  # a pool closed meanwhile: nothing left to sweep
+            _log.debug("pool sweep ended early: %s", error)
+        finally:
+            with self._lock:
+                self._done = None
+            done.set()
+
+
 class _Checkout:
     """``pool.connection()`` for this store's autocommit connections, as a plain class.
 
@@ -77,10 +116,12 @@ class _Checkout:
     :class:`LedgerUnavailable`, one typed error for callers of either store.
     """
 
-    __slots__ = ("_conn", "_down", "_pool")
+    __slots__ = ("_conn", "_down", "_pool", "_sweep")
 
-    def __init__(self, pool: ConnectionPool[Connection[TupleRow]], down: tuple[type[Exception], ...]) -> None:
-        self._pool, self._down = pool, down
+    def __init__(
+        self, pool: ConnectionPool[Connection[TupleRow]], sweep: _PoolSweep, down: tuple[type[Exception], ...]
+    ) -> None:
+        self._pool, self._sweep, self._down = pool, sweep, down
 
     def __enter__(self) -> Connection[TupleRow]:
         try:
@@ -90,22 +131,32 @@ class _Checkout:
         return self._conn
 
     def _live_connection(self) -> Connection[TupleRow]:
-        """A pooled connection that answered its ping if it was suspect (see :func:`_ping_if_suspect`).
-
-        Pinged here rather than by the pool's ``check``: a failed check makes the pool wait 1, 2, 4, 8 s...
-        before trying its next connection, so after a failover or a restart, with every idle connection dead,
-        the first call timed out. One dead connection here sweeps them all at once (``pool.check()``: each
-        idle one pinged, the dead replaced), and the next checkout waits only for a fresh connection.
-        """
+        """A pooled connection that answered its ping if it was suspect (see :func:`_ping_if_suspect`), within
+        the pool's ``timeout`` in all; a dead one starts a sweep of the pool (:class:`_PoolSweep`)."""
+        deadline = time.monotonic() + self._pool.timeout
         for _ in range(_CHECKOUT_ROUNDS):
-            conn = self._pool.getconn()
+            conn = self._pool.getconn(timeout=self._left(deadline))
             try:
                 _ping_if_suspect(conn)
-                return conn
             except self._down:
                 self._pool.putconn(conn)  # broken: the pool discards it and connects anew
-                self._pool.check()
-        return self._pool.getconn()  # whatever the pool has now; a dead one fails its statement, typed
+                self._sweep.wait(self._left(deadline))
+                continue
+            except BaseException:  # a job's time limit, an interrupt: the connection goes back, not astray
+                self._pool.putconn(conn)
+                raise
+            return conn
+        return self._pool.getconn(timeout=self._left(deadline))  # a dead one fails its statement, typed
+
+    def _left(self, deadline: float) -> float:
+        """Seconds the checkout may still take; none left is :class:`LedgerUnavailable`."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise LedgerUnavailable(
+                f"the PostgreSQL ledger gave no live connection within {self._pool.timeout:g} s: the ones it had "
+                "were lost (a restart, a failover, a network that stopped answering) and none came back in time"
+            )
+        return left
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _: object) -> None:
         cast("_Pooled", self._conn).returned_at = time.monotonic()
@@ -309,6 +360,7 @@ class PostgresStore:
             configure=configure,
             open=True,
         )
+        self._sweep = _PoolSweep(self._pool)
         # every statement composed and rendered once, the schema as a quoted Identifier: no SQL is ever
         # string-formatted, and no round trip pays for re-rendering dozens of identifiers
         schema_id = sql.Identifier(self.schema)
@@ -341,9 +393,10 @@ class PostgresStore:
             ),
         )
         self._insert = _render(
-            sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (tenant_id, intent_key) DO NOTHING").format(
-                intents, cols, sql.SQL(", ").join([sql.SQL("%s")] * len(RECORD_COLUMNS))
-            )
+            # RETURNING, not the row count: a caller's connection in pipeline mode has no count until it syncs
+            sql.SQL(
+                "INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (tenant_id, intent_key) DO NOTHING RETURNING 1"
+            ).format(intents, cols, sql.SQL(", ").join([sql.SQL("%s")] * len(RECORD_COLUMNS)))
         )
         self._updates: dict[tuple[tuple[str, ...], bool], tuple[bytes, RowEncoder]] = {}  # filled by _update
         condition = " WHERE tenant_id = %s AND intent_key = %s AND status = %s AND version = %s "
@@ -426,11 +479,15 @@ class PostgresStore:
         done: list[int] = []
         lock = int.from_bytes(hashlib.sha256(f"safe_effects:{self.schema}".encode()).digest()[:8], signed=True)
         with self._checkout() as conn, conn.transaction():
-            # an index built on a large table, or a wait for another process's migration (or its locks), may
-            # take long: neither a statement nor a lock timeout of the URL's or the role's may cut it short
+            # an index built on a large table, or a wait for another process's migration, may take long: the
+            # statement timeout must not cut it short, nor a lock timeout the wait for that migration. The DDL
+            # keeps the URL's or role's lock timeout: it stops an ALTER queued behind an idle transaction from
+            # holding up every read and write behind it
             conn.execute("SET LOCAL statement_timeout = 0")
+            kept = conn.execute("SELECT current_setting('lock_timeout')").fetchone()
             conn.execute("SET LOCAL lock_timeout = 0")
             conn.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (lock,))
+            conn.execute("SELECT set_config('lock_timeout', %s, true)", (kept[0] if kept else "0",))
             applied = self._applied_versions(conn)
             if applied.issuperset(self._migrations):  # up to date: no DDL, which a role with DML rights may not run
                 return done
@@ -461,7 +518,7 @@ class PostgresStore:
         self._pool.close()
 
     def _checkout(self) -> _Checkout:
-        return _Checkout(self._pool, _unavailable())
+        return _Checkout(self._pool, self._sweep, _unavailable())
 
     def insert_if_absent(self, record: EffectRecord, *, connection: Any = None) -> tuple[EffectRecord, bool]:
         """Insert ``record`` unless the key exists, one statement; see :class:`Store`."""
@@ -484,7 +541,7 @@ class PostgresStore:
     ) -> tuple[EffectRecord, bool]:
         for _ in range(3):  # a purge may delete the conflicting row between the two statements
             # tuple rows for the writes: a dict row maker per statement is measurable at this rate
-            if self._writer(conn).execute(self._insert, params).rowcount == 1:
+            if self._writer(conn).execute(self._insert, params).fetchone() is not None:
                 return record, True  # the row is exactly the record: no need to parse it back
             existing = self._fetch_one(conn, record.tenant, record.intent_key)
             if existing is not None:
@@ -492,7 +549,10 @@ class PostgresStore:
         raise StaleRecord(f"intent {record.intent_key!r} kept vanishing while being inserted")
 
     def _fetch_one(self, conn: Connection[Any], tenant: str, intent_key: str) -> EffectRecord | None:
-        with conn.cursor(row_factory=self._dict_row) as cur:
+        # a caller's own connection (prepare(connection=...)) may have any DateStyle, and psycopg reads text
+        # timestamps in ISO style only; binary results do not depend on it (the pool's are set to ISO)
+        binary = not isinstance(conn, _store_connection())
+        with conn.cursor(row_factory=self._dict_row, binary=binary) as cur:
             row: DictRow | None = cur.execute(self._get, (tenant, intent_key)).fetchone()
         return from_row(EffectRecord, row, self._codec) if row is not None else None
 
