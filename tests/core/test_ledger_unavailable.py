@@ -576,16 +576,20 @@ def test_a_job_time_limit_during_the_checkout_ping_puts_the_connection_back(
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("backend", ["postgres"])
-def test_prepare_on_a_callers_connection_of_another_datestyle_reads_the_record_back(
-    store_url: str, pg_url: str, adapter: HookedAdapter
+@pytest.mark.parametrize(
+    ("options", "cursor_factory"),
+    [("-c DateStyle=German", psycopg.Cursor), ("-c DateStyle=ISO", psycopg.ClientCursor)],
+    ids=["german-datestyle", "client-side-binding"],
+)
+def test_prepare_on_a_callers_connection_reads_the_record_back(
+    store_url: str, pg_url: str, adapter: HookedAdapter, options: str, cursor_factory: type[psycopg.Cursor[Any]]
 ) -> None:
-    """The pool's connections are set to ISO; a caller's own connection keeps its DateStyle, and preparing the
-    same intent again there reads the existing record back."""
+    """The pool's connections are set to ISO; a caller's own connection keeps its DateStyle (read in binary),
+    or binds on the client (behind PgBouncer, which reads no binary): preparing the same intent again there
+    reads the existing record back."""
     _, _, schema = store_url.rpartition("?schema=")
-    with (
-        Ledger.open(store_url) as ledger,
-        psycopg.connect(make_conninfo(pg_url, options="-c DateStyle=German")) as conn,
-    ):
+    caller = psycopg.connect(make_conninfo(pg_url, options=options), cursor_factory=cursor_factory)
+    with Ledger.open(store_url) as ledger, caller as conn:
         conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
         first = ledger.prepare(adapter, REQUEST, intent_key=KEY, connection=conn)
         again = ledger.prepare(adapter, REQUEST, intent_key=KEY, connection=conn)

@@ -349,11 +349,17 @@ def test_a_late_answer_filed_while_another_attempt_is_in_flight_is_raised_when_t
     assert [labels["status"] for labels in seen.named("unrecorded_effect")] == [settled.value]
 
 
+@pytest.mark.parametrize(
+    ("second", "left"),
+    [(FakeFailure.RATE_LIMITED, EffectStatus.PREPARED), (FakeFailure.DECLINED, EffectStatus.REJECTED)],
+    ids=["other-deferred", "other-declined"],
+)
 def test_a_compensation_corrected_to_confirmed_takes_the_name_from_one_that_has_not_acted(
-    open_ledger: OpenLedger, tmp_path: Path
+    open_ledger: OpenLedger, tmp_path: Path, second: FakeFailure, left: EffectStatus
 ) -> None:
-    """R1 declined (rejected); R2 named and deferred (prepared: nothing happened); then R1's provider says it
-    refunded after all. Corrected, R1 marks the charge compensated, and R2's retry is refused: one refund."""
+    """R1 declined (rejected); R2 takes the name and is deferred (prepared: nothing happened) or declined too;
+    then R1's provider says it refunded after all. Corrected, R1 marks the charge compensated, and any further
+    refund (R2's retry, or a new R3) is refused: one refund."""
     clock = FakeClock()
     fake = GenericFakeProvider(tmp_path / "fake.db", clock=clock, dedupe=False)
     adapter = GenericFakeAdapter(fake, generic_contract(dedupe=False))
@@ -362,10 +368,10 @@ def test_a_compensation_corrected_to_confirmed_takes_the_name_from_one_that_has_
     fake.fail_next(FakeFailure.DECLINED)
     with pytest.raises(EffectRejected):
         ledger.compensate(adapter, REFUND, original_key=KEY, compensating_key=R1)
-    fake.fail_next(FakeFailure.RATE_LIMITED)
-    with pytest.raises(EffectDeferred):
+    fake.fail_next(second)
+    with pytest.raises((EffectDeferred, EffectRejected)):
         ledger.compensate(adapter, REFUND, original_key=KEY, compensating_key=R2)
-    assert (ledger.get(R2).status, ledger.get(KEY).compensated_by) == (EffectStatus.PREPARED, R2)
+    assert (ledger.get(R2).status, ledger.get(KEY).compensated_by) == (left, R2)
     refunded = Evidence(
         tenant="default", intent_key=R1, provider="fake", source="events", event_id="ev-r1", kind="refunded",
         verdict=EvidenceVerdict.CONFIRMS, provider_result_id="re_1", received_at=clock(),
@@ -379,6 +385,63 @@ def test_a_compensation_corrected_to_confirmed_takes_the_name_from_one_that_has_
 
     original = ledger.get(KEY)
     assert (original.status, original.compensated_by) == (EffectStatus.COMPENSATED, R1)
-    with pytest.raises(IllegalTransition, match="already compensated by"):
-        ledger.compensate(adapter, REFUND, original_key=KEY, compensating_key=R2)
+    for another in (R2, "invoice:inv_42:refund:v3"):
+        with pytest.raises(IllegalTransition, match="already compensated by"):
+            ledger.compensate(adapter, REFUND, original_key=KEY, compensating_key=another)
     assert [e.key for e in fake.effects() if "refund" in e.key] == []  # R1's refund is the provider's word only
+
+
+class CorrectsBeforeItsClaim:
+    """A store through which R2's retry runs: just before R2 is claimed, an operator elsewhere corrects R1."""
+
+    def __init__(self, inner: Any, correct: Callable[[], None]) -> None:
+        self.inner, self.correct = inner, correct
+
+    def transition(self, record: EffectRecord, to: EffectStatus, **write: Any) -> EffectRecord:
+        if record.intent_key == R2 and to is EffectStatus.IN_FLIGHT:
+            self.correct()
+        return self.inner.transition(record, to, **write)  # type: ignore[no-any-return]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_compensation_sent_while_another_was_corrected_to_confirmed_is_raised(
+    open_ledger: OpenLedger, tmp_path: Path
+) -> None:
+    """R2 (prepared) is being retried, and has passed its name check, when an operator corrects R1 and takes
+    the name: R2 is sent all the same. Nothing can undo a refund: the second is raised, not left silent."""
+    clock = FakeClock()
+    fake = GenericFakeProvider(tmp_path / "fake.db", clock=clock, dedupe=False)
+    adapter = GenericFakeAdapter(fake, generic_contract(dedupe=False))
+    ledger = open_ledger(clock=clock, retry=RetryPolicy(max_attempts=1, initial_wait=0.0, max_wait=0.05))
+    operator_side = open_ledger(clock=clock)
+    ledger.execute(adapter, CHARGE, intent_key=KEY)
+    fake.fail_next(FakeFailure.DECLINED)
+    with pytest.raises(EffectRejected):
+        ledger.compensate(adapter, REFUND, original_key=KEY, compensating_key=R1)
+    fake.fail_next(FakeFailure.RATE_LIMITED)
+    with pytest.raises(EffectDeferred):
+        ledger.compensate(adapter, REFUND, original_key=KEY, compensating_key=R2)
+    refunded = Evidence(
+        tenant="default", intent_key=R1, provider="fake", source="events", event_id="ev-r1", kind="refunded",
+        verdict=EvidenceVerdict.CONFIRMS, provider_result_id="re_1", received_at=clock(),
+    )  # fmt: skip
+    assert ledger.record_evidence(refunded)
+
+    def correct() -> None:
+        Operator(operator_side).resolve(
+            R1, to=EffectStatus.CONFIRMED, operator="alice", reason="the provider's event shows the refund",
+            expect_version=operator_side.get(R1).version, provider_result_id="re_1", evidence="ev-r1",
+        )  # fmt: skip
+
+    ledger.store = CorrectsBeforeItsClaim(ledger.store, correct)
+    seen = RecordingObserver()
+    ledger.observer = seen
+    assert ledger.compensate(adapter, REFUND, original_key=KEY, compensating_key=R2).record.status is (
+        EffectStatus.CONFIRMED
+    )
+
+    assert [e.key for e in fake.effects() if "refund" in e.key] == [f"default/{R2}"]
+    assert (ledger.get(KEY).status, ledger.get(KEY).compensated_by) == (EffectStatus.COMPENSATED, R1)
+    assert [labels["source"] for labels in seen.named("unrecorded_effect")] == ["compensation"]

@@ -975,10 +975,8 @@ class Ledger:
         """
         assert original.compensated_by is not None
         holder = self.store.get(original.tenant, original.compensated_by)
-        if holder is not None and holder.compensates != original.intent_key:
-            return  # the key was taken by something else after its naming worker was lost
-        if holder is not None and holder.status is S.REJECTED and all(_silent(e) for e in self._own_evidence(holder)):
-            return  # rejected, and no late answer says an earlier attempt of it acted
+        if holder is not None and self._never_acts_for(original, holder):
+            return
         if holder is None:
             state = "named, never recorded: run it again with its key"
         elif holder.status is S.REJECTED:
@@ -1022,7 +1020,14 @@ class Ledger:
         if record.status is not S.CONFIRMED or record.compensates is None:
             return
         original = self.store.get(record.tenant, record.compensates)
-        if original is None or original.status is not S.CONFIRMED:
+        if original is None:
+            return
+        if original.status is S.COMPENSATED and original.compensated_by != record.intent_key:
+            # another compensation was confirmed (or corrected) first while this one was on its way
+            assert original.compensated_by is not None
+            self._two_compensations(original, record, original.compensated_by)
+            return
+        if original.status is not S.CONFIRMED:
             return
         # compensated_by is None on an original whose compensation was sent before holds were recorded
         if original.compensated_by not in (None, record.intent_key):
@@ -1042,22 +1047,45 @@ class Ledger:
             raise
         self._observe("compensation", marked)
 
-    def _rename_from_unsent(self, original: EffectRecord, confirmed: EffectRecord) -> EffectRecord | None:
-        """``original`` renamed to the confirmed compensation, if the one it names has not acted (never
-        recorded, or ``prepared``: unsent, deferred, or proven absent), so its later calls are refused; else
-        None, and two compensations may have acted: that is raised."""
+    def _never_acts_for(self, original: EffectRecord, holder: EffectRecord) -> bool:
+        """The compensation ``original`` names can never act for it: its key is recorded as something else, or
+        it was rejected and no late answer says an earlier attempt of it acted."""
+        if holder.compensates != original.intent_key:
+            return True  # the key was taken by something else after its naming worker was lost
+        return holder.status is S.REJECTED and all(_silent(e) for e in self._own_evidence(holder))
+
+    def _unacted(self, original: EffectRecord) -> bool:
+        """The compensation ``original`` names has not acted: never recorded, ``prepared`` (unsent, deferred,
+        or proven absent), or unable to act (:meth:`_never_acts_for`)."""
         assert original.compensated_by is not None
         holder = self.store.get(original.tenant, original.compensated_by)
-        if holder is None or holder.status is S.PREPARED:
+        return holder is None or holder.status is S.PREPARED or self._never_acts_for(original, holder)
+
+    def _rename_from_unsent(self, original: EffectRecord, confirmed: EffectRecord) -> EffectRecord | None:
+        """``original`` renamed to the confirmed compensation, if the one it names has not acted (see
+        :meth:`_unacted`), so its later calls are refused; else None, and two compensations may have acted:
+        that is raised. A claim of the other one racing the rename is caught by looking at it again after."""
+        assert original.compensated_by is not None
+        named = original.compensated_by
+        if self._unacted(original):
             with contextlib.suppress(StaleRecord):  # moved on meanwhile: what it is now is looked at below
-                return self._rename(original, confirmed.intent_key, f"compensation {confirmed.intent_key} acted")
+                renamed = self._rename(original, confirmed.intent_key, f"compensation {confirmed.intent_key} acted")
+                if self._unacted(original):  # still so after the rename: its later calls are refused
+                    return renamed
+                self._two_compensations(renamed, confirmed, named)
+                return renamed
+        self._two_compensations(original, confirmed, named)
+        return None
+
+    def _two_compensations(self, original: EffectRecord, confirmed: EffectRecord, other: IntentKey) -> None:
+        """Two compensations of ``original`` may have acted: raised, since nothing here can undo one."""
+        holder = self.store.get(original.tenant, other)
         _log.error(
-            "intent %r is compensated by %r, which acted, but names %r (%s) as its compensation: both may have "
-            "acted; check at the provider",
-            original.intent_key, confirmed.intent_key, original.compensated_by, holder.status if holder else "gone",
+            "intent %r is compensated by %r, which acted, but %r (%s) was named as its compensation: both may "
+            "have acted; check at the provider",
+            original.intent_key, confirmed.intent_key, other, holder.status if holder else "gone",
         )  # fmt: skip
         self._observe("unrecorded_effect", original, source="compensation", status=original.status.value)
-        return None
 
     # -- reconciliation -----------------------------------------------------------------------------------
 

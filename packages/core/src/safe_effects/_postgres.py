@@ -177,6 +177,15 @@ def _ping_if_suspect(conn: Connection[Any]) -> None:
         conn.execute("")
 
 
+def _reads_binary(conn: Connection[Any]) -> bool:
+    """Whether a record is read back in binary on ``conn``: on a caller's own connection (``prepare(connection=
+    ...)``), which may have any DateStyle while psycopg reads text timestamps in ISO style only; not on the
+    pool's (set to ISO), nor through a client-side binding cursor (behind PgBouncer), which reads no binary."""
+    import psycopg  # noqa: PLC0415  # optional extra, present once a PostgresStore is made
+
+    return not isinstance(conn, _store_connection()) and not issubclass(conn.cursor_factory, psycopg.ClientCursor)
+
+
 def _input_waiting(fd: int) -> bool:
     """Whether ``fd`` has input to read, now. ``poll`` where there is one: ``select`` refuses an fd >= 1024,
     which a busy process's sockets reach."""
@@ -549,10 +558,7 @@ class PostgresStore:
         raise StaleRecord(f"intent {record.intent_key!r} kept vanishing while being inserted")
 
     def _fetch_one(self, conn: Connection[Any], tenant: str, intent_key: str) -> EffectRecord | None:
-        # a caller's own connection (prepare(connection=...)) may have any DateStyle, and psycopg reads text
-        # timestamps in ISO style only; binary results do not depend on it (the pool's are set to ISO)
-        binary = not isinstance(conn, _store_connection())
-        with conn.cursor(row_factory=self._dict_row, binary=binary) as cur:
+        with conn.cursor(row_factory=self._dict_row, binary=_reads_binary(conn)) as cur:
             row: DictRow | None = cur.execute(self._get, (tenant, intent_key)).fetchone()
         return from_row(EffectRecord, row, self._codec) if row is not None else None
 
