@@ -193,7 +193,8 @@ class PrometheusObserver:
         self.unrecorded_effects = counter(
             "safe_effects_unrecorded_effects",
             "Provider answers or events showing an effect the record does not: a rejected intent the provider "
-            "took, or a late answer naming a second object beside the confirmed one (a possible duplicate)",
+            "took, a late answer naming a second object beside the confirmed one (a possible duplicate), or two "
+            "compensations of one effect",
             _EVENTS["unrecorded_effect"][1],
         )
         self.reconciler_records = counter(

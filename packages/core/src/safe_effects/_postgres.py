@@ -84,14 +84,14 @@ class _PoolSweep:
         self._lock = threading.Lock()
         self._done: threading.Event | None = None  # the running sweep's, None when none runs
 
-    def wait(self, timeout: float) -> bool:
-        """Start a sweep unless one runs; True once it has finished, False if ``timeout`` ran out first."""
+    def wait(self, timeout: float) -> None:
+        """Start a sweep unless one runs, and wait for it at most ``timeout`` seconds."""
         with self._lock:
             if self._done is None:
                 self._done = threading.Event()
                 threading.Thread(target=self._run, args=(self._done,), name="safe-effects-sweep", daemon=True).start()
             done = self._done
-        return done.wait(max(timeout, 0.0))
+        done.wait(timeout)
 
     def _run(self, done: threading.Event) -> None:
         try:
