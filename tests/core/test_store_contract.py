@@ -558,21 +558,45 @@ def test_status_counts_and_oldest_dispatched(store: Store) -> None:
     assert store.oldest_dispatched(S.UNKNOWN)["fake"] == T0 - timedelta(hours=1)
 
 
+def test_earliest_lease_expiry_of_in_flight_records_by_provider(store: Store) -> None:
+    seed_listing(store)  # its in-flight record has no lease: nothing to report
+    assert store.earliest_lease_expiry() == {}
+    minute = timedelta(minutes=1)
+    leased = [
+        make("l:1:x:v1", status=S.IN_FLIGHT, lease_owner="w1", lease_expires_at=T0 + 5 * minute),
+        make("l:2:x:v1", status=S.IN_FLIGHT, lease_owner="w2", lease_expires_at=T0 + 2 * minute, tenant="acme"),
+        make("l:3:x:v1", status=S.IN_FLIGHT, lease_owner="w3", lease_expires_at=T0 + 9 * minute, provider="other"),
+        make("l:4:x:v1", status=S.UNKNOWN, lease_owner="w4", lease_expires_at=T0),  # not in flight
+    ]
+    for record in leased:
+        store.insert_if_absent(record)
+    expiries = store.earliest_lease_expiry()
+    assert expiries == {"fake": T0 + 2 * minute, "other": T0 + 9 * minute}
+    assert all(value.utcoffset() == timedelta(0) for value in expiries.values())
+
+
 def test_counting_unsettled_statuses_does_not_read_the_history(store: Store) -> None:
     """A metrics scrape counts prepared, in_flight and unknown records at every scrape: the query must be
     served by the status index, not a scan of every confirmed record the ledger has ever kept."""
     statuses = [S.PREPARED, S.IN_FLIGHT, S.UNKNOWN]
     if isinstance(store, SQLiteStore):
-        plans = sqlite_plans(store, lambda s: (s.status_counts(statuses), s.oldest_dispatched(S.UNKNOWN)))
-        assert len(plans) == 2, plans
+        plans = sqlite_plans(
+            store, lambda s: (s.status_counts(statuses), s.oldest_dispatched(S.UNKNOWN), s.earliest_lease_expiry())
+        )
+        assert len(plans) == 3, plans
         for plan in plans.values():
             assert "USING INDEX effect_intents_status_updated" in plan, plan
             assert "SCAN effect_intents" not in plan, plan
     else:
         assert isinstance(store, PostgresStore)
-        plan = postgres_plan(store, store._status_counts, ([s.value for s in statuses],))
-        assert "effect_intents_status_updated" in plan, plan
-        assert "Seq Scan" not in plan, plan
+        for query, params in [
+            (store._status_counts, ([s.value for s in statuses],)),
+            (store._oldest, (S.UNKNOWN.value,)),
+            (store._lease_expiry, (S.IN_FLIGHT.value,)),
+        ]:
+            plan = postgres_plan(store, query, params)
+            assert "effect_intents_status_updated" in plan, plan
+            assert "Seq Scan" not in plan, plan
 
 
 def test_purge_deletes_only_given_statuses_older_than_the_cutoff(store: Store) -> None:

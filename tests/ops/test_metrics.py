@@ -11,6 +11,7 @@ import threading
 import time
 import urllib.request
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -20,6 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
 
 from safe_effects import (
+    CrashPlan,
+    CrashPoint,
     EffectRejected,
     EffectRequest,
     EffectStatus,
@@ -30,9 +33,10 @@ from safe_effects import (
     PostgresStore,
     PrometheusObserver,
     Reconciler,
+    SimulatedCrash,
     StoreCollector,
 )
-from safe_effects.testing import FakeFailure
+from safe_effects.testing import FakeClock, FakeFailure
 
 if TYPE_CHECKING:
     from conftest import DatabaseProxy, Ops
@@ -47,6 +51,7 @@ def samples(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
     }
 
 
+KEY = "invoice:lost:collect:v1"
 UNSETTLED = (EffectStatus.PREPARED, EffectStatus.IN_FLIGHT, EffectStatus.UNKNOWN)
 
 
@@ -100,6 +105,34 @@ def test_settled_records_are_not_counted_and_a_settled_group_keeps_its_zeros(ops
     after = samples(generate_latest(registry).decode(), "safe_effects_effects")
     assert after == dict.fromkeys(before, 0.0)  # still there, at zero
     assert len(ops.fake.effects()) == 2  # the two charges, none resent by the reconciler
+
+
+def test_a_record_abandoned_mid_call_shows_how_long_its_lease_has_been_expired(ops: Ops) -> None:
+    """A worker killed mid-call leaves an in_flight record; once its lease runs out only a caller's retry or a
+    reconciler with the provider's adapter takes it over. The gauge shows how long it has waited for one, so an
+    alert catches the record no reconciler handles (none runs, or none has that provider's adapter)."""
+    clock = FakeClock(datetime.now(UTC))
+    dying = Ledger(ops.ledger.store, clock=clock, crash_plan=CrashPlan.crash_at(CrashPoint.AFTER_RESPONSE))
+    with pytest.raises(SimulatedCrash):
+        dying.execute(ops.adapter, EffectRequest(operation="charge", params={"amount": 1}), intent_key=KEY)
+    record = ops.ledger.get(KEY)
+    assert record.status is EffectStatus.IN_FLIGHT
+    assert record.lease_expires_at is not None
+    assert len(ops.fake.effects()) == 1  # the provider acted; the ledger does not know yet
+    registry = CollectorRegistry()
+    registry.register(StoreCollector(ops.ledger.store, clock=clock))
+    name = "safe_effects_expired_lease_age_seconds"
+    assert registry.get_sample_value(name, {"provider": "fake"}) == 0  # the lease is live: the worker may answer
+    clock.advance(record.lease_expires_at - clock() + timedelta(seconds=90))
+    assert registry.get_sample_value(name, {"provider": "fake"}) == 90
+    skipped = Reconciler(Ledger(ops.ledger.store, clock=clock), {}).run_once()  # no adapter for "fake"
+    assert skipped.counts() == {"skipped": 1}
+    assert registry.get_sample_value(name, {"provider": "fake"}) == 90  # still waiting: this is what alerts
+    settled = Reconciler(Ledger(ops.ledger.store, clock=clock), {"fake": ops.adapter}).run_once()
+    assert settled.counts() == {"confirmed": 1}
+    assert ops.ledger.get(KEY).status is EffectStatus.CONFIRMED
+    assert len(ops.fake.effects()) == 1  # found at the provider, not sent again
+    assert registry.get_sample_value(name, {"provider": "fake"}) is None  # no in-flight record left
 
 
 def test_unreachable_store_reports_down_instead_of_failing(ops: Ops) -> None:

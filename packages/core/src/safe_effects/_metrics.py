@@ -21,8 +21,9 @@ from ._store import Store
 # the statuses a scrape counts, in the order they are exported: the few the status index serves cheaply
 _COUNTED = tuple(status for status in EffectStatus if status in UNSETTLED)
 
-# what a scrape reads: (tenant, provider, status, count) rows, and the oldest unknown's first dispatch by provider
-_Numbers = tuple[list[tuple[str, str, EffectStatus, int]], dict[str, datetime]]
+# what a scrape reads: (tenant, provider, status, count) rows, the oldest unknown's first dispatch by provider,
+# and the earliest in-flight lease expiry by provider
+_Numbers = tuple[list[tuple[str, str, EffectStatus, int]], dict[str, datetime], dict[str, datetime]]
 # event -> (metric attribute, label names); labels an event lacks are exported as ""
 _EVENTS: Mapping[str, tuple[str, tuple[str, ...]]] = {
     "dispatch": ("dispatches", ("tenant", "provider", "outcome")),
@@ -88,7 +89,8 @@ class _Reader:
 
 
 class StoreCollector:
-    """Counts of unsettled effects by status and the age of the oldest unknown, read from the store at each scrape.
+    """Counts of unsettled effects by status, the age of the oldest unknown and how long the earliest expired
+    in-flight lease has been waiting for a taker, read from the store at each scrape.
 
     Only the unsettled statuses (prepared, in_flight, unknown) are counted: the store's status index serves
     them, and they are what an operator alerts on. Counting confirmed ones would read the whole history at
@@ -112,13 +114,13 @@ class StoreCollector:
         yield from self._families()
 
     def collect(self) -> Iterator[Any]:
-        effects, oldest, up = self._families()
+        effects, oldest, abandoned, up = self._families()
         numbers = self._reader.numbers(self.timeout)
         if numbers is None:  # an unreachable store must show as store_up 0, not as a failed scrape
             up.add_metric([], 0)
             yield up
             return
-        counts, oldest_unknown = numbers
+        counts, oldest_unknown, lease_expiry = numbers
         found = {(tenant, provider, status): count for tenant, provider, status, count in counts}
         # a new set, swapped in whole: two scrapes at once never iterate a set the other is changing
         self._groups = groups = self._groups | {(tenant, provider) for tenant, provider, _, _ in counts}
@@ -128,13 +130,20 @@ class StoreCollector:
         now = self.clock()
         for provider, sent_at in oldest_unknown.items():
             oldest.add_metric([provider], max(0.0, (now - sent_at).total_seconds()))
+        for provider, expiry in lease_expiry.items():
+            abandoned.add_metric([provider], max(0.0, (now - expiry).total_seconds()))
         up.add_metric([], 1)
-        yield from (effects, oldest, up)
+        yield from (effects, oldest, abandoned, up)
 
     def _query(self) -> _Numbers:
-        return self.store.status_counts(_COUNTED), self.store.oldest_dispatched(EffectStatus.UNKNOWN)
+        store = self.store
+        return (
+            store.status_counts(_COUNTED),
+            store.oldest_dispatched(EffectStatus.UNKNOWN),
+            store.earliest_lease_expiry(),
+        )
 
-    def _families(self) -> tuple[Any, Any, Any]:
+    def _families(self) -> tuple[Any, Any, Any, Any]:
         gauge = self._core.GaugeMetricFamily
         return (
             gauge(
@@ -147,6 +156,12 @@ class StoreCollector:
                 "safe_effects_oldest_unknown_age_seconds",
                 "Seconds since the oldest unknown record of each provider was first sent: how long it has been in "
                 "doubt (a replay or a lease expiry since does not shorten it)",
+                labels=["provider"],
+            ),
+            gauge(
+                "safe_effects_expired_lease_age_seconds",
+                "Seconds since the earliest in_flight lease of each provider expired (0 while every lease is live): "
+                "a worker died mid-call and no caller retry or reconciler has taken the record over since",
                 labels=["provider"],
             ),
             gauge("safe_effects_store_up", "1 when the last scrape could read the ledger store"),

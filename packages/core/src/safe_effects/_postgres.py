@@ -320,6 +320,33 @@ def _render(query: sql.Composable) -> bytes:
     return query.as_bytes(None)
 
 
+def _scrape_statements(intents: sql.Identifier) -> tuple[bytes, bytes, bytes]:
+    """What a metrics scrape reads (status counts, oldest first dispatch, earliest lease expiry), all of it
+    unsettled records only, which the status index serves."""
+    from psycopg import sql  # noqa: PLC0415  # optional extra, present once a PostgresStore is made
+
+    return (
+        _render(
+            sql.SQL(
+                "SELECT tenant_id, provider, status, count(*) FROM {} WHERE status = ANY(%s) "
+                "GROUP BY tenant_id, provider, status ORDER BY tenant_id, provider, status"
+            ).format(intents)
+        ),
+        _render(
+            sql.SQL(
+                "SELECT provider, min(coalesce(first_dispatched_at, updated_at)) FROM {} WHERE status = %s "
+                "GROUP BY provider"
+            ).format(intents)
+        ),
+        _render(
+            sql.SQL(
+                "SELECT provider, min(lease_expires_at) FROM {} WHERE status = %s AND lease_expires_at IS NOT NULL "
+                "GROUP BY provider"
+            ).format(intents)
+        ),
+    )
+
+
 class PostgresStore:
     """A :class:`~safe_effects.Store` in one PostgreSQL schema (created by :meth:`migrate` if missing)."""
 
@@ -443,18 +470,7 @@ class PostgresStore:
                 sql.SQL(", ").join(map(sql.Identifier, _EVIDENCE_COLUMNS)), evidence
             )
         )
-        self._status_counts = _render(
-            sql.SQL(
-                "SELECT tenant_id, provider, status, count(*) FROM {} WHERE status = ANY(%s) "
-                "GROUP BY tenant_id, provider, status ORDER BY tenant_id, provider, status"
-            ).format(intents)
-        )
-        self._oldest = _render(
-            sql.SQL(
-                "SELECT provider, min(coalesce(first_dispatched_at, updated_at)) FROM {} WHERE status = %s "
-                "GROUP BY provider"
-            ).format(intents)
-        )
+        self._status_counts, self._oldest, self._lease_expiry = _scrape_statements(intents)
         cursors = sql.Identifier(self.schema, "reconciler_cursors")
         self._cursor = _render(
             sql.SQL("SELECT updated_at, tenant_id, intent_key FROM {} WHERE name = %s").format(cursors)
@@ -705,6 +721,11 @@ class PostgresStore:
         with self._checkout() as conn:
             rows = conn.execute(self._oldest, (EffectStatus(status).value,)).fetchall()
         return {provider: oldest.astimezone(UTC) for provider, oldest in rows}
+
+    def earliest_lease_expiry(self) -> dict[str, datetime]:
+        with self._checkout() as conn:
+            rows = conn.execute(self._lease_expiry, (EffectStatus.IN_FLIGHT.value,)).fetchall()
+        return {provider: expiry.astimezone(UTC) for provider, expiry in rows}
 
     def reconciler_cursor(self, name: str) -> tuple[datetime, str, str] | None:
         with self._checkout() as conn:

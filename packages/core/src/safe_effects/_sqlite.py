@@ -440,6 +440,14 @@ class SQLiteStore:
         )
         return {provider: _CODEC.time_in(oldest) for provider, oldest in rows}
 
+    def earliest_lease_expiry(self) -> dict[str, datetime]:
+        rows = self._conn().execute(
+            f"SELECT provider, min(lease_expires_at) FROM effect_intents INDEXED BY {_STATUS_INDEX} "
+            "WHERE status = ? AND lease_expires_at IS NOT NULL GROUP BY provider",
+            (EffectStatus.IN_FLIGHT.value,),
+        )
+        return {provider: _CODEC.time_in(expiry) for provider, expiry in rows}
+
     def reconciler_cursor(self, name: str) -> tuple[datetime, str, str] | None:
         row = (
             self._conn()

@@ -115,6 +115,11 @@ class Store(Protocol):
         dispatched): how long the oldest has been in doubt, whatever was written to it since."""
         ...
 
+    def earliest_lease_expiry(self) -> dict[str, datetime]:
+        """Per provider, the earliest lease expiry among in-flight records: once past, a worker died mid-call
+        and the record waits for a caller's retry or a reconciler to take it over."""
+        ...
+
     def reconciler_cursor(self, name: str) -> tuple[datetime, str, str] | None:
         """Where the reconciler named ``name`` last stopped, a :meth:`list_by_status` position; None if unset."""
         ...
