@@ -14,6 +14,9 @@ from safe_effects import (
     EffectRecord,
     EffectRequest,
     EffectStatus,
+    EffectUnknown,
+    Evidence,
+    EvidenceVerdict,
     InvalidInput,
     Ledger,
     ProviderAdapter,
@@ -176,3 +179,67 @@ def test_a_record_settled_after_the_check_under_a_longer_floor_stays(
     monkeypatch.undo()
     assert report.deleted == 1
     assert keys(ops) == {"a:long:x:v1"}
+
+
+# --- a key recorded again after its record was purged ---
+
+KEY = "order:o_77:confirm_email:v1"
+SENT = EffectRequest(operation="charge", params={"to": "cust_77"})
+
+
+def purged_after(ops: Ops, verdict: EvidenceVerdict, failure: FakeFailure | None) -> FakeClock:
+    """Send SENT under KEY 200 days ago, record an event about it, settle it, and purge it."""
+    clock = FakeClock(datetime.now(UTC) - timedelta(days=200))
+    old = Ledger(ops.ledger.store, clock=clock, retry=RetryPolicy(initial_wait=0.0, max_wait=0.05))
+    if failure is not None:
+        ops.fake.fail_next(failure)
+    with contextlib.suppress(EffectOutcome):
+        old.execute(ops.adapter, SENT, intent_key=KEY)
+    event = Evidence(
+        tenant="default",
+        intent_key=KEY,
+        provider="fake",
+        source="ses_event",
+        event_id=f"evt-old-{verdict.value}",
+        kind=verdict.value,
+        verdict=verdict,
+        received_at=clock(),
+    )
+    old.record_evidence(event)
+    assert old.get(KEY).status in TERMINAL
+    assert ops.cli_json("purge", "--older-than", "180")["deleted"] == 1
+    return clock
+
+
+def test_a_purged_records_refusal_does_not_decide_the_key_recorded_again(ops: Ops) -> None:
+    """200 days ago the send was refused (an event said so) and the record purged. Today the same key is sent
+    again, the provider acts and the answer is lost: the old refusal must not settle today's record rejected,
+    which would tell the job 'no effect' and invite a second send under a new key."""
+    purged_after(ops, EvidenceVerdict.REJECTS, FakeFailure.LOST_BEFORE_COMMIT)
+    assert ops.fake.effects() == []
+    ops.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
+    with pytest.raises(EffectUnknown):
+        ops.ledger.execute(ops.adapter, SENT, intent_key=KEY)
+    receipt = ops.ledger.execute(ops.adapter, SENT, intent_key=KEY)  # the job's retry
+    assert receipt.record.status is S.CONFIRMED
+    assert receipt.record.resolution is not None
+    assert receipt.record.resolution.method == "key_replay"  # not evidence:ses_event
+    assert [e.result_id for e in ops.fake.effects()] == [receipt.provider_result_id]  # today's, once
+
+
+def test_a_purged_records_confirmation_does_not_stop_rejecting_the_key_recorded_again(ops: Ops) -> None:
+    """The old send was delivered (an event said so) and purged; today's send never reached the provider. An
+    operator who checked rejects it: the old delivery is not evidence against that."""
+    purged_after(ops, EvidenceVerdict.CONFIRMS, None)
+    assert len(ops.fake.effects()) == 1
+    ops.fake.fail_next(FakeFailure.LOST_BEFORE_COMMIT)
+    with pytest.raises(EffectUnknown):
+        ops.ledger.execute(ops.adapter, SENT, intent_key=KEY)
+    version = str(ops.ledger.get(KEY).version)
+    resolved = ops.cli(
+        "resolve", KEY, "--as", "rejected", "--operator", "carol", "--reason", "not in the feed",
+        "--expect-version", version,
+    )  # fmt: skip
+    assert resolved.exit_code == 0, resolved.output
+    assert ops.ledger.get(KEY).status is S.REJECTED
+    assert len(ops.fake.effects()) == 1  # only the old one

@@ -18,6 +18,7 @@ from safe_effects import (
     MissingIntentKey,
     request_digest,
 )
+from safe_effects._purge import purge_settled
 from safe_effects.testing import Fault
 from stripe_safe import MAX_METADATA_KEYS, METADATA_INTENT, METADATA_TENANT, StripeClient, receipt_of
 from stripe_safe.testing import rate_limit_fault, server_error_fault
@@ -29,6 +30,16 @@ KEY_WINDOW_PASSED = timedelta(hours=25)
 
 def create(env: Env, params: dict[str, object] = PI, key: str = KEY) -> stripe.PaymentIntent:
     return env.client.v1.payment_intents.create(params=params, options={"idempotency_key": key})  # type: ignore[arg-type]
+
+
+def unsettled_past_the_key_window(env: Env, fault: Fault) -> None:
+    """A create lost to ``fault``, then retried past Stripe's key window: its lookup settles nothing."""
+    env.fake.inject(fault)
+    with pytest.raises(EffectUnknown):
+        create(env)
+    env.clock.advance(KEY_WINDOW_PASSED)
+    with pytest.raises(EffectUnknown, match="no lookup could settle it"):
+        create(env)
 
 
 def test_create_is_confirmed_stamped_and_answered_from_the_ledger_by_a_read(env: Env) -> None:
@@ -196,12 +207,7 @@ def test_after_the_key_window_the_metadata_search_finds_it_without_a_second_crea
 
 def test_after_the_window_a_lagging_search_stays_unknown_and_sends_nothing(env: Env) -> None:
     env.fake.search_lag = KEY_WINDOW_PASSED * 2
-    env.fake.inject(Fault.drop_after_commit())
-    with pytest.raises(EffectUnknown):
-        create(env)
-    env.clock.advance(KEY_WINDOW_PASSED)
-    with pytest.raises(EffectUnknown, match="no lookup could settle it"):
-        create(env)
+    unsettled_past_the_key_window(env, Fault.drop_after_commit())
     assert env.posts() == 1
     assert len(env.fake.payment_intents) == 1
     record = env.record()
@@ -212,14 +218,7 @@ def test_a_search_hit_counts_only_with_this_intents_exact_stamp(env: Env) -> Non
     """Were Stripe's ':' to ignore case, another intent's PaymentIntent must not confirm this one."""
     env.fake.search_folds_case = True
     create(env, key="invoice:INV_42:collect:v1")  # another intent, confirmed: its object is in the search index
-    env.fake.inject(Fault.drop_before_commit())  # this intent's create never happened
-    with pytest.raises(EffectUnknown):
-        create(env)
-    env.clock.advance(KEY_WINDOW_PASSED)
-
-    with pytest.raises(EffectUnknown, match="no lookup could settle it"):
-        create(env)
-
+    unsettled_past_the_key_window(env, Fault.drop_before_commit())  # this intent's create never happened
     assert len(env.fake.requests("GET", "/v1/payment_intents/search")) == 1
     assert env.fake.effect_count("payment_intents.create") == 1
     record = env.record()
@@ -377,3 +376,17 @@ def test_reads_pass_through_and_the_opt_out_is_spelled_out(env: Env) -> None:
     assert env.ledger.store.list_by_status(list(EffectStatus)) == []
     with pytest.raises(ValueError, match="reason"):
         env.client.without_ledger(reason=" ")
+
+
+def test_a_purged_intents_payment_intent_does_not_settle_the_key_recorded_again(env: Env) -> None:
+    """Stripe's search keeps every object. Once a settled record is purged and its key recorded again, the
+    PaymentIntent made for the purged one must not confirm today's, whose create never reached Stripe."""
+    old = create(env)
+    env.clock.advance(timedelta(days=200))
+    assert purge_settled(env.ledger.store, older_than=timedelta(days=180), now=env.clock()).deleted == 1
+    unsettled_past_the_key_window(env, Fault.drop_before_commit())  # today's create never reached Stripe
+    assert len(env.fake.requests("GET", "/v1/payment_intents/search")) == 1
+    assert [pi["id"] for pi in env.fake.payment_intents] == [old.id]  # the old one is there, and found
+    assert env.fake.effect_count("payment_intents.create") == 1
+    record = env.record()
+    assert (record.status, record.provider_result_id) == (EffectStatus.UNKNOWN, None)

@@ -603,7 +603,8 @@ class Ledger:
             return spoken
         if contract.may_reopen_when_absent(record.first_dispatched_at, self.clock()):
             return None  # still inside the window (or a provider whose lookups are proof)
-        if any(entry.to_status is S.UNKNOWN for entry in self.store.audit_trail(record.tenant, record.intent_key)):
+        trail = self.store.audit_trail(record.tenant, record.intent_key)  # a purged record's rows come first
+        if any(entry.to_status is S.UNKNOWN and entry.at >= record.created_at for entry in trail):
             return "reopened by a lookup, but the provider's key window closed before it was resent"
         return None
 
@@ -626,8 +627,12 @@ class Ledger:
         return [e for e in self._own_evidence(record) if e.verdict is EvidenceVerdict.CONFIRMS]
 
     def _own_evidence(self, record: EffectRecord) -> list[Evidence]:
-        """Evidence recorded for the intent by its own provider (another provider's event decides nothing)."""
-        return [e for e in self.store.evidence_for(record.tenant, record.intent_key) if e.provider == record.provider]
+        """Evidence recorded for this record by its own provider (another provider's event decides nothing).
+
+        Evidence stays when a settled record is purged, and the key may be recorded again: what was received
+        before this record was created is about the purged one."""
+        recorded = self.store.evidence_for(record.tenant, record.intent_key)
+        return [e for e in recorded if e.provider == record.provider and e.received_at >= record.created_at]
 
     def _claim(self, record: EffectRecord, *, reason: str = "claim") -> EffectRecord:
         now, tag = self.clock(), self._unsent.tag()

@@ -276,9 +276,9 @@ class Operator:
         provider took or did it (a webhook that came while the call was in flight, an SES ``Send`` still in its
         rejection window), a confirmation when an event says it refused. Rejecting a sent effect invites a
         second one under a new key; confirming a refused one hides that nothing happened."""
-        recorded = self.ledger.store.evidence_for(record.tenant, record.intent_key)
-        # another provider's event decides nothing, nor a late refusal of an attempt sent again since
-        own = [e for e in recorded if e.provider == record.provider and answers_latest(e, record)]
+        # another provider's event decides nothing, nor a purged record's, nor a late refusal of an attempt sent
+        # again since
+        own = [e for e in self.ledger._own_evidence(record) if answers_latest(e, record)]
         verdicts = {e.verdict for e in own}
         if to is S.REJECTED and EvidenceVerdict.REJECTS not in verdicts:
             against = _first(own, EvidenceVerdict.CONFIRMS, EvidenceVerdict.ACCEPTS)

@@ -72,6 +72,19 @@ def scope_options(scope: Mapping[str, str]) -> RequestOptions:
     return options
 
 
+# how far Stripe's clock may run behind the ledger's and an object made for a record still count as its own
+_CLOCK_SKEW_SECONDS = 300
+
+
+def _made_for(obj: Mapping[str, Any], record: EffectRecord) -> bool:
+    """Stamped for ``record``'s intent and made after it was: a settled record may be purged and its key
+    recorded again, and Stripe keeps (and finds) the objects made for the purged one."""
+    created = obj.get("created")
+    return matches_intent(obj, record.intent_key, record.tenant) and (
+        not isinstance(created, int) or created >= record.created_at.timestamp() - _CLOCK_SKEW_SECONDS
+    )
+
+
 def _found(obj: Mapping[str, Any], method: str, **detail: Any) -> LookupResult:
     """FOUND, or REFUSED for a PaymentIntent whose card was declined (it exists, nothing was charged)."""
     status = LookupStatus.REFUSED if declined(obj) else LookupStatus.FOUND
@@ -144,7 +157,7 @@ class StripeAdapter:
         found = self._read(record, f"/v1/{resource}/search", {"query": query})["data"]
         # the query's ':' match is Stripe's to define (case, tokenising): only an exact stamp counts
         hits = sorted(
-            (o for o in found if matches_intent(o, record.intent_key, record.tenant)),
+            (o for o in found if _made_for(o, record)),
             key=lambda o: (o.get("created", 0), o["id"]),
         )
         if not hits:
@@ -157,7 +170,7 @@ class StripeAdapter:
         if parent is None:
             return LookupResult(LookupStatus.INCONCLUSIVE, "list", detail={"reason": "no parent id recorded"})
         listed = self._read(record, "/v1/refunds", {parent[0]: parent[1], "limit": 100})["data"]
-        hits = [r for r in listed if matches_intent(r, record.intent_key, record.tenant)]
+        hits = [r for r in listed if _made_for(r, record)]
         if not hits:
             return LookupResult(LookupStatus.INCONCLUSIVE, "list", detail={parent[0]: parent[1], "hits": 0})
         return _found(hits[0], "list", hits=[h["id"] for h in hits])
