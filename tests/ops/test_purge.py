@@ -17,10 +17,13 @@ from safe_effects import (
     EffectUnknown,
     Evidence,
     EvidenceVerdict,
+    IllegalTransition,
     InvalidInput,
     Ledger,
+    LedgerUnavailable,
     ProviderAdapter,
     RetryPolicy,
+    Store,
 )
 from safe_effects._purge import purge_settled
 from safe_effects._states import TERMINAL
@@ -243,3 +246,44 @@ def test_a_purged_records_confirmation_does_not_stop_rejecting_the_key_recorded_
     assert resolved.exit_code == 0, resolved.output
     assert ops.ledger.get(KEY).status is S.REJECTED
     assert len(ops.fake.effects()) == 1  # only the old one
+
+
+def test_a_compensation_purged_before_its_original_is_not_sent_again(ops: Ops) -> None:
+    """A refund confirmed 200 days ago, its original marked compensated only today (a mark the database lost,
+    completed by a rerun): purge takes the refund's record and keeps the original. The same compensate call
+    again must not send a second refund under the freed key."""
+    clock = FakeClock(datetime.now(UTC) - timedelta(days=200))
+    old = Ledger(LosesTheMark(ops.ledger.store), clock=clock, retry=RetryPolicy(initial_wait=0.0, max_wait=0.05))
+    charge, refund = "invoice:inv_9:collect:v1", "invoice:inv_9:refund:v1"
+    refund_request = EffectRequest(operation="charge", params={"refund_of": charge})
+    old.execute(ops.adapter, EffectRequest(operation="charge", params={"amount": 4200}), intent_key=charge)
+    old.compensate(ops.adapter, refund_request, original_key=charge, compensating_key=refund)  # the mark is lost
+    assert (ops.ledger.get(refund).status, ops.ledger.get(charge).status) == (S.CONFIRMED, S.CONFIRMED)
+    ops.ledger.compensate(ops.adapter, refund_request, original_key=charge, compensating_key=refund)  # completes it
+    original = ops.ledger.get(charge)
+    assert original.status is S.COMPENSATED
+    assert ops.cli_json("purge", "--older-than", "180")["deleted"] == 1
+    assert keys(ops) == {charge}
+
+    with pytest.raises(IllegalTransition, match="its record purged since; nothing is sent"):
+        ops.ledger.compensate(ops.adapter, refund_request, original_key=charge, compensating_key=refund)
+
+    assert len(ops.fake.effects()) == 2  # the charge and the one refund
+    assert keys(ops) == {charge}
+    assert ops.ledger.get(charge) == original
+
+
+class LosesTheMark:
+    """A store whose first write marking an original compensated is lost with the connection."""
+
+    def __init__(self, store: Store) -> None:
+        self.store, self.lost = store, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def transition(self, record: EffectRecord, to: EffectStatus, **changes: Any) -> EffectRecord:
+        if to is S.COMPENSATED and not self.lost:
+            self.lost = True
+            raise LedgerUnavailable("connection lost (simulated)")
+        return self.store.transition(record, to, **changes)

@@ -948,10 +948,14 @@ class Ledger:
             self._check_digest(existing, fresh.request_digest)
             if existing.status is S.REJECTED:
                 raise self._rejected(existing, None)  # its answer, as any rerun of a rejected intent gets it
-        self._name_compensation(fresh.tenant, fresh.compensates, fresh.intent_key)
+        original = self._name_compensation(fresh.tenant, fresh.compensates, fresh.intent_key)
+        if existing is None and original.status is S.COMPENSATED:
+            # marked compensated only once this compensation was confirmed: its record was purged since
+            why = f"its compensation {fresh.intent_key!r} was confirmed and its record purged since; nothing is sent"
+            raise IllegalTransition(original.status.value, S.COMPENSATED.value, original.intent_key, why=why)
 
-    def _name_compensation(self, tenant: str, original_key: IntentKey, compensation: IntentKey) -> None:
-        """Set ``compensated_by`` on the confirmed original, conditional on the version read.
+    def _name_compensation(self, tenant: str, original_key: IntentKey, compensation: IntentKey) -> EffectRecord:
+        """Set ``compensated_by`` on the confirmed original, conditional on the version read; the original.
 
         The original stays ``confirmed`` until the compensation is confirmed. Of two compensations racing
         with different keys, one holds it; another key may take over only where ``_check_replaceable`` says
@@ -967,6 +971,7 @@ class Ledger:
                 original = self._rename(original, compensation, f"compensation {compensation} about to be sent")
             except StaleRecord:
                 original = self.get(original_key, tenant=tenant)
+        return original
 
     def _rename(self, original: EffectRecord, compensation: IntentKey | None, reason: str) -> EffectRecord:
         """The one write that names (or, with None, un-names) the compensation on a confirmed original."""
