@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from safe_effects import Ledger
@@ -83,7 +83,7 @@ class StripeFake(_ServedFake):
     def __init__(self) -> None:
         from stripe_safe.testing import FakeStripe
 
-        self.clock = FakeClock()
+        self.clock = FakeClock(datetime.now(UTC))  # Stripe's clock agrees with the ledger's, as it does live
         self.fake = FakeStripe(clock=self.clock).start()
 
     def is_write(self, request: FakeRequest) -> bool:

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,6 +19,7 @@ import typer
 
 from safe_effects import (
     EffectRequest,
+    EffectUnknown,
     InvalidInput,
     LeasePolicy,
     Ledger,
@@ -27,7 +29,7 @@ from safe_effects import (
     Reconciler,
 )
 from safe_effects.cli import _reconcile as reconcile_cli
-from safe_effects.testing import FakeClock, GenericFakeAdapter
+from safe_effects.testing import FakeClock, FakeFailure, GenericFakeAdapter
 
 if TYPE_CHECKING:
     from conftest import Ops
@@ -80,7 +82,7 @@ def test_a_named_cursor_carries_the_round_robin_to_a_new_reconciler(ops: Ops) ->
         [(found, "confirmed"), (stuck[0], "unknown")],
         [(stuck[1], "unknown"), (stuck[0], "unknown")],
     ]
-    assert ops.ledger.store.reconciler_cursor("cron") is not None
+    assert ops.ledger.store.reconciler_cursor("cron/fake") is not None  # one per provider
     assert ops.ledger.get(found).status == "confirmed"
     assert len(ops.fake.effects()) == 1  # found's own charge: nothing was redispatched
     unnamed = Reconciler(ops.ledger, {"fake": ops.adapter}).run_once(limit=1)  # its own, in-memory cursor
@@ -97,7 +99,7 @@ def test_cli_one_shot_runs_reach_newer_unknowns_behind_inconclusive_ones(ops: Op
     second = ops.cli_json("reconcile", "--limit", "2", "--adapters", ADAPTERS)  # a new process, as cron runs it
     assert second["counts"] == {"confirmed": 1, "unknown": 1}
     assert ops.ledger.get(found).status == "confirmed"
-    assert ops.ledger.store.reconciler_cursor("reconcile:fake") is not None  # one cursor per set of providers
+    assert ops.ledger.store.reconciler_cursor("reconcile:fake/fake") is not None  # per set of adapters, per provider
     again = ops.cli_json("reconcile", "--limit", "2", "--adapters", ADAPTERS, "--cursor", "")
     assert [item["intent_key"] for item in again["items"]] == ["invoice:stuck0:collect:v1", "invoice:stuck1:collect:v1"]
     assert len(ops.fake.effects()) == 1
@@ -165,6 +167,57 @@ def test_lookups_are_paced_by_the_contract_rate_limit(ops: Ops) -> None:
     assert slept == [pytest.approx(0.5)]
     now[0] += 600  # a long pause refills only one token (burst of one at 6/min)
     assert reconciler.run_once().counts() == {"confirmed": 1, "deferred": 1}
+
+
+def paced(adapter: GenericFakeAdapter) -> GenericFakeAdapter:
+    """The adapter with SendGrid's Email Activity rate: 6 lookups a minute, one token at a time."""
+    search = LookupMethod(kind=LookupKind.SEARCH, description="6 a minute", rate_limit_per_minute=6)
+    return replace(adapter, contract=adapter.contract.model_copy(update={"lookups": (search,)}))
+
+
+def test_a_rate_limited_providers_unknowns_each_get_their_turn(ops: Ops) -> None:
+    """One lookup a sweep: were the records deferred behind it passed over, every sweep would look the oldest
+    up again (it never settles) and the others, which a lookup would confirm, never."""
+    stuck = ops.unknown("invoice:stuck:collect:v1", happened=False).intent_key
+    found = [ops.unknown(f"invoice:r{n}:collect:v1").intent_key for n in range(3)]
+    slow = paced(ops.adapter)
+    now = [0.0]
+
+    def sweep() -> list[tuple[str, str]]:  # a new reconciler each time, as cron runs it: the cursor is stored
+        reconciler = Reconciler(ops.ledger, {"fake": slow}, monotonic=lambda: now[0], cursor_name="cron")
+        now[0] += 60
+        return [(i.intent_key, i.outcome) for i in reconciler.run_once().items if i.outcome != "deferred"]
+
+    assert [sweep() for _ in range(4)] == [
+        [(stuck, "unknown")],
+        [(found[0], "confirmed")],
+        [(found[1], "confirmed")],
+        [(found[2], "confirmed")],
+    ]
+    assert [ops.ledger.get(key).status for key in found] == ["confirmed"] * 3
+    assert ops.ledger.get(stuck).status == "unknown"
+    assert len(ops.fake.effects()) == 3  # their own sends: nothing was redispatched
+
+
+def test_one_providers_backlog_does_not_hold_back_anothers(ops: Ops) -> None:
+    """Each provider goes round robin on its own, up to ``limit`` records a sweep: a rate-limited provider's
+    deferred backlog does not take the sweep from another provider's unknowns."""
+    other = replace(ops.adapter, provider="other")
+    backlog = [ops.unknown(f"invoice:b{n}:collect:v1").intent_key for n in range(3)]
+    request = EffectRequest(operation="charge", params={"n": "other"})
+    ops.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
+    with pytest.raises(EffectUnknown):
+        ops.ledger.execute(other, request, intent_key="invoice:o:collect:v1")
+    reconciler = Reconciler(ops.ledger, {"fake": paced(ops.adapter), "other": other})
+    report = reconciler.run_once(limit=3)
+    assert [(i.intent_key, i.outcome) for i in report.items] == [
+        (backlog[0], "confirmed"),
+        (backlog[1], "deferred"),
+        (backlog[2], "deferred"),
+        ("invoice:o:collect:v1", "confirmed"),
+    ]
+    assert ops.ledger.get("invoice:o:collect:v1").status == "confirmed"
+    assert len(ops.fake.effects()) == 4
 
 
 def test_records_without_an_adapter_are_skipped(ops: Ops) -> None:

@@ -58,21 +58,25 @@ Position = tuple[datetime, str, str]  # (updated_at, tenant, intent_key): the st
 
 @dataclass(slots=True)
 class Reconciler:
-    """Sweeps unknowns oldest first, round robin; ``adapters`` maps a record's provider name to its adapter.
+    """Sweeps unknowns oldest first, round robin per provider; ``adapters`` maps a record's provider name to
+    its adapter.
 
     An inconclusive, deferred, skipped or failed lookup writes nothing, so the record keeps its place in the
     least-recently-updated order. Were every sweep to start from the oldest, ``limit`` such records would
-    fill every sweep and newer unknowns would never be looked up. So the reconciler keeps a cursor: each
-    sweep continues after the last record (in the store's (updated_at, tenant, intent_key) order) the
-    previous sweep of this object looked at, and wraps around to the oldest at the end. Every candidate is
-    looked at once per round, new ones after the current round's.
+    fill every sweep and newer unknowns would never be looked up. So the reconciler keeps a cursor for each
+    provider: each sweep continues after the last of its records (in the store's (updated_at, tenant,
+    intent_key) order) the previous sweep of this object looked at, and wraps around to the oldest at the
+    end. Every candidate is looked at once per round, new ones after the current round's. A record deferred
+    by the provider's rate limit was not looked at: its provider's cursor stays before it, so the next sweep
+    starts there. One cursor per provider keeps one provider's backlog or rate limit from holding back
+    another's: each provider gets up to ``limit`` records a sweep.
 
-    The cursor lives in this object, and with ``cursor_name`` also in the store, saved once per sweep (an
-    inconclusive attempt still writes nothing to its record). Without a name a fresh Reconciler starts from
-    the oldest again, which suits a long-running process that keeps one (``safe-effects reconcile --loop``);
-    a scheduler that builds a new one per run (cron, ``safe-effects reconcile``) names its cursor to carry
-    the round robin from run to run. Reconcilers sharing a name share the position: each sweep continues
-    from wherever the last one, of any of them, stopped.
+    The cursors live in this object, and with ``cursor_name`` also in the store (as ``NAME/provider``), saved
+    once per sweep and provider (an inconclusive attempt still writes nothing to its record). Without a name a
+    fresh Reconciler starts from the oldest again, which suits a long-running process that keeps one
+    (``safe-effects reconcile --loop``); a scheduler that builds a new one per run (cron, ``safe-effects
+    reconcile``) names its cursors to carry the round robin from run to run. Reconcilers sharing a name share
+    the positions: each sweep continues from wherever the last one, of any of them, stopped.
     """
 
     ledger: Ledger
@@ -80,33 +84,48 @@ class Reconciler:
     max_wait: float = 1.0  # sleep up to this for a provider's next token, else defer its records to the next run
     monotonic: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
-    cursor_name: str | None = None  # keep the cursor in the store under this name, for the next run
+    cursor_name: str | None = None  # keep the cursors in the store under this name, for the next run
     _buckets: dict[str, TokenBucket] = field(default_factory=dict, init=False)
-    _cursor: Position | None = field(default=None, init=False)  # the last record the previous sweep looked at
+    # per provider, the last record the previous sweep looked at (None: start from the oldest)
+    _cursors: dict[str, Position | None] = field(default_factory=dict, init=False)
+    _starts: dict[str, Position | None] = field(default_factory=dict, init=False)  # where this sweep began
 
     def candidates(self, limit: int) -> list[EffectRecord]:
-        """Up to ``limit`` unknown records and in-flight ones whose lease expired, least recently updated first,
-        starting after the previous sweep's last one and wrapping around to the oldest (see the class)."""
-        store = self.ledger.store
-        start = self._cursor if self.cursor_name is None else store.reconciler_cursor(self.cursor_name)
-        chosen, self._cursor = self._walk(start, limit)
-        if self.cursor_name is not None:
-            store.save_reconciler_cursor(self.cursor_name, self._cursor)
+        """Per provider with records in doubt, up to ``limit`` unknown records and in-flight ones whose lease
+        expired, least recently updated first, starting after that provider's previous sweep stopped and
+        wrapping around to the oldest (see the class)."""
+        in_doubt = self.ledger.store.status_counts([S.UNKNOWN, S.IN_FLIGHT])
+        chosen: list[EffectRecord] = []
+        for provider in sorted({provider for _, provider, _, _ in in_doubt}):
+            self._starts[provider] = start = self._position(provider)
+            picked, end = self._walk(provider, start, limit)
+            self._move_cursor(provider, end)
+            chosen += picked
         return chosen
 
-    def _walk(self, start: Position | None, limit: int) -> tuple[list[EffectRecord], Position | None]:
-        """The candidates after ``start`` (wrapping around once), and the position the next sweep starts after."""
+    def _position(self, provider: str) -> Position | None:
+        if self.cursor_name is None:
+            return self._cursors.get(provider)
+        return self.ledger.store.reconciler_cursor(f"{self.cursor_name}/{provider}")
+
+    def _move_cursor(self, provider: str, position: Position | None) -> None:
+        self._cursors[provider] = position
+        if self.cursor_name is not None:
+            self.ledger.store.save_reconciler_cursor(f"{self.cursor_name}/{provider}", position)
+
+    def _walk(self, provider: str, start: Position | None, limit: int) -> tuple[list[EffectRecord], Position | None]:
+        """``provider``'s candidates after ``start`` (wrapping around once), and where its next sweep starts."""
         store, now = self.ledger.store, self.ledger.clock()
         chosen: list[EffectRecord] = []
         seen: set[tuple[str, str]] = set()
         cursor, wrapped = start, start is None
         while len(chosen) < limit:
-            page = store.list_by_status([S.UNKNOWN, S.IN_FLIGHT], limit=limit, after=cursor)
+            page = store.list_by_status([S.UNKNOWN, S.IN_FLIGHT], provider=provider, limit=limit, after=cursor)
             for record in page:
                 if (record.tenant, record.intent_key) in seen:  # all the way round: every candidate is in
                     return chosen, cursor
                 seen.add((record.tenant, record.intent_key))
-                cursor = (record.updated_at, record.tenant, record.intent_key)
+                cursor = _position_of(record)
                 if record.status is S.UNKNOWN or record.lease_expired(now):  # a live in-flight one is working
                     chosen.append(record)
                     if len(chosen) == limit:
@@ -118,13 +137,20 @@ class Reconciler:
         return chosen, cursor
 
     def run_once(self, *, limit: int = 100) -> ReconcileReport:
-        """One sweep over at most ``limit`` records; inconclusive ones stay unknown for the next run or a person."""
-        deferred: set[str] = set()
+        """One sweep over at most ``limit`` records per provider; inconclusive ones stay unknown for the next
+        run or a person."""
+        deferred: set[str] = set()  # providers whose lookups wait for the next sweep
         items: list[ReconcileItem] = []
+        looked_at: dict[str, Position | None] = {}  # per provider, the last record this sweep looked at
         for record in self.candidates(limit):
+            provider, was_deferred = record.provider, record.provider in deferred
             item = self._one(record, deferred)
             items.append(item)
             self.ledger.observer.on_event("reconcile_attempt", {"provider": item.provider, "outcome": item.outcome})
+            if item.outcome != "deferred":
+                looked_at[provider] = _position_of(record)
+            elif not was_deferred:  # its first deferred record: the next sweep starts at it
+                self._move_cursor(provider, looked_at.get(provider, self._starts[provider]))
         self.ledger.observer.on_event("reconciler_run", {})
         return ReconcileReport(tuple(items))
 
@@ -172,3 +198,7 @@ class Reconciler:
     def _ours(self, record: EffectRecord) -> bool:
         """Did this process write the record's latest state (rather than a concurrent reconciler)?"""
         return record.updated_by == self.ledger.worker_id
+
+
+def _position_of(record: EffectRecord) -> Position:
+    return (record.updated_at, record.tenant, record.intent_key)

@@ -48,7 +48,7 @@ def reconcile(
     *,
     store: StoreUrl,
     adapters: AdaptersSpec = None,
-    limit: Annotated[int, typer.Option("--limit", min=1, max=MAX_LIMIT, help="Records per sweep.")] = 100,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=MAX_LIMIT, help="Records per provider per sweep.")] = 100,
     loop: Annotated[bool, typer.Option("--loop", help="Sweep every --interval seconds until interrupted.")] = False,
     interval: Annotated[float, typer.Option("--interval", min=0.1)] = 30.0,
     metrics_port: Annotated[
