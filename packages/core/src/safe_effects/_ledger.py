@@ -46,6 +46,7 @@ from ._errors import (
     StaleRecord,
     UnknownTenant,
 )
+from ._fork import renew_in_children
 from ._keys import IntentKey
 from ._observer import NullObserver, Observer
 from ._policies import DEFAULT_LEASE, DEFAULT_RETRY, LeasePolicy, RetryPolicy
@@ -148,6 +149,8 @@ class Ledger:
             raise InvalidInput(f"worker_id must be a str, got {type(worker_id).__name__}")
         # it is every claim's lease owner: a NUL in it would fail each claim inside PostgreSQL's INSERT
         self.worker_id = check_storable(worker_id, "worker_id") if worker_id else _default_worker_id()
+        self._worker_id_given = bool(worker_id)
+        renew_in_children(self)
         self.lease = lease
         self.retry = retry
         if isinstance(tenants, str):  # iterated, "acme" would be the tenants a, c, m and e
@@ -176,6 +179,12 @@ class Ledger:
 
     def close(self) -> None:
         self.store.close()
+
+    def _renew_after_fork(self) -> None:
+        """A forked child is another worker: a default id names the process, and the parent's would hold
+        leases the child does not."""
+        if not self._worker_id_given:
+            self.worker_id = _default_worker_id()
 
     def __enter__(self) -> Ledger:
         return self

@@ -15,11 +15,12 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from contextlib import nullcontext
 from datetime import UTC, datetime
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ._approvals import Approval, ApprovalState, decided_meanwhile, decision_of
 from ._errors import InvalidInput, LedgerUnavailable, MissingDependency, StaleRecord
+from ._fork import keep_inherited, renew_in_children
 from ._migrations import MIGRATIONS, POSTGRES_BOOKKEEPING
 from ._records import AuditEntry, EffectRecord, Evidence
 from ._rows import (
@@ -386,7 +387,8 @@ class PostgresStore:
             json_out=json_text,
             json_in=lambda value: value,
         )
-        self._pool: ConnectionPool[Connection[TupleRow]] = ConnectionPool(
+        self._new_pool: Callable[[], ConnectionPool[Connection[TupleRow]]] = partial(
+            ConnectionPool,
             conninfo,
             min_size=min_size,
             max_size=max_size,
@@ -396,7 +398,8 @@ class PostgresStore:
             configure=configure,
             open=True,
         )
-        self._sweep = _PoolSweep(self._pool)
+        self._open_pool()
+        renew_in_children(self)
         # every statement composed and rendered once, the schema as a quoted Identifier: no SQL is ever
         # string-formatted, and no round trip pays for re-rendering dozens of identifiers
         schema_id = sql.Identifier(self.schema)
@@ -541,6 +544,17 @@ class PostgresStore:
 
     def close(self) -> None:
         self._pool.close()
+
+    def _renew_after_fork(self) -> None:
+        """The parent's sessions stay the parent's: a child's statements on them would interleave with its
+        own on one socket. Kept unclosed (psycopg does not end a session from a process that did not open it),
+        and a pool of the child's own takes their place; its threads and the sweep's did not survive the fork."""
+        keep_inherited(self._pool, self._sweep)
+        self._open_pool()
+
+    def _open_pool(self) -> None:
+        self._pool = self._new_pool()
+        self._sweep = _PoolSweep(self._pool)
 
     def _checkout(self) -> _Checkout:
         return _Checkout(self._pool, self._sweep, _unavailable())

@@ -15,6 +15,7 @@ from typing import Any
 
 from ._approvals import Approval, ApprovalState, decided_meanwhile, decision_of
 from ._errors import InvalidInput, LedgerUnavailable
+from ._fork import renew_in_children
 from ._migrations import MIGRATIONS, SQLITE_BOOKKEEPING
 from ._records import AuditEntry, EffectRecord, Evidence
 from ._rows import (
@@ -196,6 +197,18 @@ class SQLiteStore:
         # gets its connection closed when another opens one (a server with a thread per request would
         # otherwise keep two file descriptors per finished thread, until the process runs out of them)
         self._connections: list[tuple[weakref.ref[threading.Thread], sqlite3.Connection]] = []
+        renew_in_children(self)
+
+    def _renew_after_fork(self) -> None:
+        """SQLite keeps each process's locks on a file in memory, which fork copies: a child's new connection
+        would trust the parent's locks and take none of its own, and the parent closing its last connection
+        would checkpoint and delete the WAL under the child's commits. Closing the inherited connections in the
+        child, before it opens any, clears that state; it releases only the child's own locks (none yet)."""
+        for _, conn in self._connections:
+            conn.close()
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._connections = []
 
     def _conn(self) -> sqlite3.Connection:
         """This thread's connection: sqlite3 connections must not be shared between threads."""

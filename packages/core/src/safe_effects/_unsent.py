@@ -17,6 +17,7 @@ import threading
 import uuid
 from datetime import datetime, timedelta
 
+from ._fork import renew_in_children
 from ._records import EffectRecord
 from ._states import EffectStatus
 
@@ -29,6 +30,12 @@ class UnsentClaims:
 
     def __init__(self, *, keep_for: timedelta) -> None:
         self._keep_for = keep_for  # past the lease, other workers reconcile the claim anyway
+        self._renew_after_fork()
+        renew_in_children(self)
+
+    def _renew_after_fork(self) -> None:
+        """A prefix of its own (a forked child's copy would tag its claims as the parent's and its siblings'),
+        and no failed claims: those were the parent's."""
         self._lock = threading.Lock()
         self._prefix = uuid.uuid4().hex[:8]
         self._serial = itertools.count()
