@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import sqlite3
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -874,3 +875,47 @@ def test_a_remembered_claim_never_matches_a_record_made_again_after_a_purge(
         a.close()
         b.close()
     assert len(keyless.fake.requests()) == 1
+
+
+class SoftTimeLimit(Exception):
+    """What Celery's soft time limit raises from a signal handler, wherever the task happens to be."""
+
+
+def test_a_signal_raising_while_the_claim_waits_for_the_sqlite_lock_leaves_no_transaction_open(
+    tmp_path: Path,
+) -> None:
+    """The handler runs as BEGIN IMMEDIATE returns, inside the write's ``__enter__``: no ``__exit__`` rolls
+    back, and the thread's connection would keep the write lock, blocking every other writer of the file."""
+    path = tmp_path / "ledger.db"
+    store = SQLiteStore(path)
+    store.migrate()
+    ledger = Ledger(store)
+    fake = GenericFakeProvider(tmp_path / "fake.db")
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")  # another writer holds the lock for a moment
+    release = threading.Timer(0.5, holder.rollback)
+    release.start()
+
+    def on_alarm(*_: object) -> None:
+        raise SoftTimeLimit("soft time limit")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.1)  # arrives while the claim waits for the lock
+        with pytest.raises(SoftTimeLimit):
+            ledger.execute(GenericFakeAdapter(fake), REQUEST, intent_key="job:j1:charge:v1")
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+        release.join()
+        holder.close()
+    assert not ledger.store._conn().in_transaction
+    with closing(sqlite3.connect(path, isolation_level=None, timeout=0.1)) as other:
+        other.execute("BEGIN IMMEDIATE")  # the lock is free at once
+        other.rollback()
+    with pytest.raises(IntentNotFound):
+        ledger.get("job:j1:charge:v1")  # cut short before its claim was written: nothing to reconcile
+    assert fake.effects() == []
+    receipt = ledger.execute(GenericFakeAdapter(fake), REQUEST, intent_key="job:j2:charge:v1")
+    assert receipt.record.status is EffectStatus.CONFIRMED  # the thread's next task writes as usual
+    assert len(fake.effects()) == 1
+    ledger.close()

@@ -153,10 +153,16 @@ class _WriteTransaction:
         self._conn, self._path = conn, path
 
     def __enter__(self) -> sqlite3.Connection:
+        if self._conn.in_transaction:  # a signal handler's exception cut a call short between BEGIN and body
+            self._conn.execute("ROLLBACK")
         try:
             self._conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as error:
             _raise_if_unavailable(error, f"the SQLite ledger {self._path} did not answer")
+            raise
+        except BaseException:  # such an exception as BEGIN returned: __exit__ will not run, so the write lock
+            if self._conn.in_transaction:  # would stay held, blocking every other writer of the file
+                self._conn.execute("ROLLBACK")
             raise
         return self._conn
 
