@@ -9,7 +9,16 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from safe_effects import EffectStatus, InvalidInput, Operator, Reconciler, Resolution
+from safe_effects import (
+    ApprovalState,
+    EffectStatus,
+    InvalidInput,
+    Ledger,
+    Operator,
+    Reconciler,
+    Resolution,
+    UnknownTenant,
+)
 from safe_effects._store_url import split_schema  # the store's own reading of a URL's schema
 
 if TYPE_CHECKING:
@@ -329,3 +338,21 @@ def test_an_approval_whose_settle_fails_stays_pending_with_the_record_unknown(op
     assert ops.ledger.get(KEY).status == "confirmed"
     assert [(a.state, a.decided_by) for a in ops.ledger.store.approvals()] == [("applied", "bob")]
     assert len(ops.fake.effects()) == 1  # the provider's one charge, which the request was about
+
+
+def test_a_ledger_serving_other_tenants_neither_decides_nor_lists_nor_sweeps_this_ones(ops: Ops) -> None:
+    """A ledger opened for tenant acme refuses default's intents everywhere, before writing anything."""
+    record = ops.unknown(KEY, amount=250_000)
+    assert resolve(ops, *CONFIRM, version=record.version, env=BIG).exit_code == 0
+    acme = Ledger(ops.ledger.store, tenants=["acme"])
+    operator = Operator(acme)
+    with pytest.raises(UnknownTenant, match="'default' is not served"):
+        operator.decline(KEY, operator="mallory", reason="no", tenant="default")
+    with pytest.raises(UnknownTenant, match="'default' is not served"):
+        operator.pending(tenant="default")
+    assert operator.pending() == []
+    [waiting] = Operator(ops.ledger).pending()
+    assert (waiting.tenant, waiting.state, waiting.decided_by) == ("default", ApprovalState.PENDING, None)
+    assert Reconciler(acme, {"fake": ops.adapter}).run_once().items == ()  # not an error on every sweep
+    assert ops.ledger.get(KEY) == record
+    assert len(ops.fake.effects()) == 1

@@ -195,8 +195,13 @@ class Operator:
         return Decision(record, approval.decided(ApprovalState.DECLINED, by=operator, reason=reason, at=now))
 
     def pending(self, *, tenant: str | None = None, limit: int = 100) -> list[Approval]:
-        """Resolutions waiting for a second operator, oldest first."""
-        return self.ledger.store.approvals(tenant=tenant, state=ApprovalState.PENDING, limit=limit)
+        """Resolutions waiting for a second operator, oldest first; only the tenants this ledger serves."""
+        store, served = self.ledger.store, self.ledger.tenants
+        if tenant is not None or served is None:
+            checked = None if tenant is None else self.ledger._tenant(tenant)
+            return store.approvals(tenant=checked, state=ApprovalState.PENDING, limit=limit)
+        waiting = [a for t in served for a in store.approvals(tenant=t, state=ApprovalState.PENDING, limit=limit)]
+        return sorted(waiting, key=lambda approval: approval.id or 0)[:limit]
 
     def compensate(
         self,
@@ -294,7 +299,7 @@ class Operator:
             )
 
     def _pending(self, intent_key: IntentKey | str, tenant: str) -> Approval:
-        key = IntentKey.parse(intent_key)
+        key, tenant = IntentKey.parse(intent_key), self.ledger._tenant(tenant)
         found = self.ledger.store.approvals(tenant=tenant, intent_key=key, state=ApprovalState.PENDING, limit=1)
         if not found:
             raise ApprovalError(f"no resolution is pending for intent {key!r} (tenant {tenant!r})")

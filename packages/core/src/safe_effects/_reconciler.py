@@ -115,7 +115,7 @@ class Reconciler:
 
     def _walk(self, provider: str, start: Position | None, limit: int) -> tuple[list[EffectRecord], Position | None]:
         """``provider``'s candidates after ``start`` (wrapping around once), and where its next sweep starts."""
-        store, now = self.ledger.store, self.ledger.clock()
+        store, now, served = self.ledger.store, self.ledger.clock(), self.ledger.tenants
         chosen: list[EffectRecord] = []
         seen: set[tuple[str, str]] = set()
         cursor, wrapped = start, start is None
@@ -126,6 +126,8 @@ class Reconciler:
                     return chosen, cursor
                 seen.add((record.tenant, record.intent_key))
                 cursor = _position_of(record)
+                if served is not None and record.tenant not in served:  # another ledger's to settle
+                    continue
                 if record.status is S.UNKNOWN or record.lease_expired(now):  # a live in-flight one is working
                     chosen.append(record)
                     if len(chosen) == limit:
