@@ -220,6 +220,12 @@ def test_one_providers_backlog_does_not_hold_back_anothers(ops: Ops) -> None:
     assert len(ops.fake.effects()) == 4
 
 
+@pytest.mark.parametrize("rate", [0, -6, float("nan"), float("inf")])
+def test_a_lookup_rate_that_would_switch_pacing_off_is_refused(rate: float) -> None:
+    with pytest.raises(ValueError, match="rate_limit_per_minute"):
+        LookupMethod(kind=LookupKind.SEARCH, description="6 a minute", rate_limit_per_minute=rate)
+
+
 def test_records_without_an_adapter_are_skipped(ops: Ops) -> None:
     ops.unknown("invoice:a:collect:v1")
     report = Reconciler(ops.ledger, {}).run_once()

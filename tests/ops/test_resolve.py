@@ -186,6 +186,24 @@ def test_stale_approval_is_refused_and_closed(ops: Ops) -> None:
     assert [a["state"] for a in ops.cli_json("show", KEY)["approvals"]] == ["stale"]
 
 
+@pytest.mark.parametrize(
+    ("approver", "message"),
+    [
+        ("alice\u200b", "holds an invisible character (U+200B)"),  # a zero-width space after the name
+        ("\uff41\uff4c\uff49\uff43\uff45", "a different operator must approve it"),  # fullwidth letters
+    ],
+)
+def test_a_look_alike_name_is_not_a_second_operator(ops: Ops, approver: str, message: str) -> None:
+    record = ops.unknown(KEY, amount=250_000)
+    assert resolve(ops, *CONFIRM, version=record.version, env=BIG).exit_code == 0
+    refused = ops.cli("approve", KEY, "--operator", approver)
+    assert refused.exit_code == 1
+    assert message in refused.stderr
+    assert ops.ledger.get(KEY) == record
+    [waiting] = ops.cli_json("pending")
+    assert waiting["state"] == "pending"
+
+
 def test_decline_keeps_the_record_unknown(ops: Ops) -> None:
     record = ops.unknown(KEY, amount=250_000)
     assert resolve(ops, *CONFIRM, version=record.version, env=BIG).exit_code == 0

@@ -37,7 +37,7 @@ class LookupMethod(_Frozen):
     kind: LookupKind
     description: str
     lag: timedelta | None = None  # how far behind the truth the method may be
-    rate_limit_per_minute: float | None = None
+    rate_limit_per_minute: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     requires: str | None = None  # e.g. "Email Activity add-on"
     proves_absence: bool = False  # can "not found" be trusted as "never happened"?
     verified: bool = True  # False where the fact is documented but not checked by us

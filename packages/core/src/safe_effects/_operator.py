@@ -5,6 +5,7 @@ The CLI is a thin shell over :class:`Operator`; a scheduler or an admin UI can c
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +49,16 @@ def _required(value: str | None, what: str) -> str:
     return check_storable(text, what)
 
 
+def _identity(operator: str | None) -> str:
+    """The operator's name, with no invisible characters: the two-person rule compares names, and a name
+    differing only by a zero-width space would let one person approve their own request."""
+    name = _required(operator, "operator identity (--operator)")
+    hidden = next((c for c in name if unicodedata.category(c) in ("Cc", "Cf")), None)
+    if hidden is not None:
+        raise InvalidInput(f"operator identity {name!r} holds an invisible character (U+{ord(hidden):04X})")
+    return name
+
+
 def _optional(value: str | None, what: str) -> str | None:
     if value is not None and not isinstance(value, str):
         raise InvalidInput(f"{what} must be text, got {type(value).__name__}")
@@ -87,7 +98,7 @@ class Operator:
     ) -> Decision:
         """Settle an unknown intent at the version the operator saw, or park it for a second operator. A rejected
         intent may be corrected to confirmed the same way, when its provider's own evidence says it acted."""
-        operator = _required(operator, "operator identity (--operator)")
+        operator = _identity(operator)
         reason = _required(reason, "a reason (--reason)")
         to = settled_status(to)
         if to is S.CONFIRMED:
@@ -136,7 +147,7 @@ class Operator:
         self, intent_key: IntentKey | str, *, operator: str, tenant: str = DEFAULT_TENANT, reason: str | None = None
     ) -> Decision:
         """Apply another operator's pending resolution, conditional on the version they saw."""
-        operator = _required(operator, "operator identity (--operator)")
+        operator = _identity(operator)
         reason = _optional(reason, "the approver's reason (--reason)")
         approval = self._pending(intent_key, tenant)
         if _same_person(operator, approval.requested_by):
@@ -183,7 +194,7 @@ class Operator:
         self, intent_key: IntentKey | str, *, operator: str, reason: str, tenant: str = DEFAULT_TENANT
     ) -> Decision:
         """Refuse (or, for its author, withdraw) a pending resolution; the record stays as it is."""
-        operator = _required(operator, "operator identity (--operator)")
+        operator = _identity(operator)
         reason = _required(reason, "a reason (--reason)")
         approval = self._pending(intent_key, tenant)
         now = self.ledger.clock()
@@ -221,7 +232,7 @@ class Operator:
         Only while the original is still the confirmed record at ``expect_version`` (the one the operator
         looked at); running the same compensation again answers from the ledger.
         """
-        operator = _required(operator, "operator identity (--operator)")
+        operator = _identity(operator)
         reason = _required(reason, "a reason (--reason)")
         if not isinstance(params, Mapping):
             raise InvalidInput(f"a compensation's params must be a JSON object, got {type(params).__name__}")
@@ -349,4 +360,5 @@ def _first(evidence: list[Evidence], *verdicts: EvidenceVerdict) -> Evidence | N
 
 
 def _same_person(a: str, b: str) -> bool:
-    return a.strip().casefold() == b.strip().casefold()
+    """Names equal once case and compatibility forms are folded (a fullwidth 'alice' is 'alice')."""
+    return unicodedata.normalize("NFKC", a.strip()).casefold() == unicodedata.normalize("NFKC", b.strip()).casefold()
