@@ -204,6 +204,19 @@ def test_a_look_alike_name_is_not_a_second_operator(ops: Ops, approver: str, mes
     assert waiting["state"] == "pending"
 
 
+def test_a_pending_request_binds_an_operator_whose_shell_has_no_thresholds(ops: Ops) -> None:
+    """The ledger records that this resolution needs a second operator: a shell without the thresholds (or
+    with other ones) must not settle it directly."""
+    record = ops.unknown(KEY, amount=250_000)
+    assert resolve(ops, *CONFIRM, version=record.version, env=BIG).exit_code == 0
+    direct = resolve(ops, "--as", "rejected", version=record.version)  # SAFE_EFFECTS_APPROVAL_THRESHOLDS=""
+    assert direct.exit_code == 1
+    assert "alice already asked to resolve" in direct.stderr
+    assert ops.ledger.get(KEY) == record
+    [waiting] = ops.cli_json("pending")
+    assert (waiting["requested_by"], waiting["state"]) == ("alice", "pending")
+
+
 def test_decline_keeps_the_record_unknown(ops: Ops) -> None:
     record = ops.unknown(KEY, amount=250_000)
     assert resolve(ops, *CONFIRM, version=record.version, env=BIG).exit_code == 0

@@ -111,6 +111,7 @@ class Operator:
         self._check_evidence(record, to)
         why = self.thresholds.requires_approval(record.summary)
         if why is None:
+            self._check_nothing_pending(record)
             resolution = Resolution(method=OPERATOR_METHOD, operator=operator, evidence=evidence, reason=reason)
             settled = self.ledger.settle(
                 record,
@@ -137,11 +138,16 @@ class Operator:
             self._close_stale(stored, record, operator)  # left over from an earlier version or record: replace it
             stored, created = self.ledger.store.add_approval(request)
         if not created:
-            raise ApprovalError(
-                f"{stored.requested_by} already asked to resolve {record.intent_key!r} as {stored.to_status} "
-                f"at v{stored.expected_version}; approve or decline that request first"
-            )
+            raise _already_asked(stored, record)
         return Decision(record, stored)
+
+    def _check_nothing_pending(self, record: EffectRecord) -> None:
+        """A request waiting for a second operator binds every operator, whatever thresholds this process has
+        (another shell, or a change of configuration, may have none)."""
+        store = self.ledger.store
+        waiting = store.approvals(tenant=record.tenant, intent_key=record.intent_key, state=ApprovalState.PENDING)
+        if waiting and _asked_of(waiting[0], record):
+            raise _already_asked(waiting[0], record)
 
     def approve(
         self, intent_key: IntentKey | str, *, operator: str, tenant: str = DEFAULT_TENANT, reason: str | None = None
@@ -340,6 +346,13 @@ def _asked_of(approval: Approval, record: EffectRecord) -> bool:
         resolvable(record.status, approval.to_status)
         and record.version == approval.expected_version
         and record.created_at <= approval.created_at
+    )
+
+
+def _already_asked(request: Approval, record: EffectRecord) -> ApprovalError:
+    return ApprovalError(
+        f"{request.requested_by} already asked to resolve {record.intent_key!r} as {request.to_status} "
+        f"at v{request.expected_version}; approve or decline that request first"
     )
 
 
