@@ -178,6 +178,41 @@ def test_lost_response_becomes_unknown_then_same_key_replay_confirms_once(env: E
     assert len(env.fake.requests()) == 2
 
 
+@dataclass
+class InterruptedAfterCommit(GenericFakeAdapter):
+    """The provider acts, then the worker's shutdown handler (SIGTERM, Ctrl-C) raises before the answer is read."""
+
+    interrupt: type[BaseException] = SystemExit
+
+    def dispatch(self, request: EffectRequest, provider_key: str) -> str:
+        GenericFakeAdapter.dispatch(self, request, provider_key)
+        raise self.interrupt("shutting down")
+
+
+@pytest.mark.parametrize("interrupt", [SystemExit, KeyboardInterrupt])
+def test_a_shutdown_mid_request_records_unknown_so_a_restart_reconciles_at_once(
+    env: Env, interrupt: type[BaseException]
+) -> None:
+    """Left in flight, the intent would answer EffectInProgress to a restarted worker until the lease ran out."""
+    stopping = InterruptedAfterCommit(env.fake, env.adapter.contract, interrupt=interrupt)
+    with pytest.raises(interrupt):
+        env.ledger.execute(stopping, CHARGE, intent_key=KEY)
+    record = env.record()
+    assert (record.status, record.lease_owner, record.last_error_class) == (
+        EffectStatus.UNKNOWN,
+        None,
+        interrupt.__name__,
+    )
+    assert len(env.fake.effects()) == 1
+
+    receipt = env.other_ledger().execute(env.adapter, CHARGE, intent_key=KEY)  # the restarted worker, at once
+
+    assert receipt.record.status is EffectStatus.CONFIRMED
+    assert receipt.record.resolution is not None
+    assert receipt.record.resolution.method == "key_replay"
+    assert len(env.fake.effects()) == 1
+
+
 def test_server_error_after_commit_is_unknown_not_failure(env: Env) -> None:
     env.fake.fail_next(FakeFailure.SERVER_ERROR_AFTER_COMMIT)
     with pytest.raises(EffectUnknown):

@@ -766,6 +766,12 @@ class Ledger:
                 intent_key=record.intent_key,
                 record=unknown,
             ) from settled.error
+        except (KeyboardInterrupt, SystemExit) as interrupted:  # a shutdown handler's exit, mid-request
+            # recorded unknown now, so a restarted worker reconciles at once instead of waiting out the lease;
+            # a ledger that cannot write leaves the lease to expire, as for a worker killed outright
+            with contextlib.suppress(Exception):
+                self._finish(record, S.UNKNOWN, Verdict.of(interrupted, Outcome.UNKNOWN, "interrupted"))
+            raise
         self.crash_plan.hit(CrashPoint.AFTER_RESPONSE)
         try:
             result_id, digest = adapter.result_id(response), adapter.response_digest(response)
