@@ -5,15 +5,19 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import sqlite3
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
 from safe_effects import Ledger, Store, open_store
+from safe_effects._migrations import MIGRATIONS, POSTGRES_BOOKKEEPING, SQLITE_BOOKKEEPING
 
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -71,6 +75,89 @@ def store_url(fresh_store_url: Callable[[], str]) -> str:
     store.migrate()
     store.close()
     return url
+
+
+@pytest.fixture
+def store_at_version(
+    backend: str, fresh_store_url: Callable[[], str], request: pytest.FixtureRequest
+) -> Callable[[int], str]:
+    """Factory of URLs of stores migrated only up to a version, as a deployment of that release left them."""
+
+    def make(version: int) -> str:
+        url = fresh_store_url()
+        migrations = [migration for migration in MIGRATIONS if migration.version <= version]
+        if backend == "sqlite":
+            with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)) as conn:
+                conn.execute(SQLITE_BOOKKEEPING)
+                for migration in migrations:
+                    for statement in migration.sqlite:
+                        conn.execute(statement)
+                    conn.execute(
+                        "INSERT INTO schema_migrations VALUES (?, ?)", (migration.version, "2026-01-01T00:00:00Z")
+                    )
+            return url
+        import psycopg
+        from psycopg import sql
+
+        schema = sql.Identifier(url.rpartition("?schema=")[2])
+        with psycopg.connect(request.getfixturevalue("pg_url"), autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(schema))
+            conn.execute(sql.SQL(POSTGRES_BOOKKEEPING).format(schema=schema))  # type: ignore[arg-type]
+            for migration in migrations:
+                with conn.transaction():  # as the store runs each (SET LOCAL needs one)
+                    for statement in migration.postgres:
+                        conn.execute(sql.SQL(statement).format(schema=schema))  # type: ignore[arg-type]
+                    conn.execute(
+                        sql.SQL("INSERT INTO {}.schema_migrations (version) VALUES (%s)").format(schema),
+                        (migration.version,),
+                    )
+        return url
+
+    return make
+
+
+@dataclass
+class WorkerRole:
+    """A PostgreSQL login role of a test's own, as workers get one: no rights until :meth:`grant_dml`."""
+
+    name: str
+    admin_url: str
+
+    def grant_dml(self, schema: str) -> None:
+        """What docs/operations.md recommends for workers: USAGE on the schema, DML on its tables."""
+        import psycopg
+        from psycopg import sql
+
+        names = {"schema": sql.Identifier(schema), "role": sql.Identifier(self.name)}
+        with psycopg.connect(self.admin_url, autocommit=True) as admin:
+            admin.execute(sql.SQL("GRANT USAGE ON SCHEMA {schema} TO {role}").format(**names))
+            admin.execute(
+                sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role}").format(
+                    **names
+                )
+            )
+
+    def url(self, store_url: str) -> str:
+        """``store_url`` (a PostgreSQL one) logged in as this role."""
+        parts = urlsplit(store_url)
+        return parts._replace(netloc=f"{self.name}@{parts.hostname}:{parts.port or 5432}").geturl()
+
+
+@pytest.fixture
+def worker_role(pg_url: str) -> Iterator[WorkerRole]:
+    """A :class:`WorkerRole`; its sessions, grants and the role itself are gone after the test."""
+    import psycopg
+    from psycopg import sql
+
+    role = WorkerRole(f"se_test_{uuid.uuid4().hex[:12]}", pg_url)
+    name = sql.Identifier(role.name)
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(name))
+    yield role
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (role.name,))
+        admin.execute(sql.SQL("DROP OWNED BY {}").format(name))  # its grants
+        admin.execute(sql.SQL("DROP ROLE {}").format(name))
 
 
 @pytest.fixture

@@ -10,14 +10,18 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import pytest
 from click.testing import Result
 from typer.testing import CliRunner
 
-from safe_effects import Ledger, LedgerUnavailable, open_store
+from safe_effects import Ledger, LedgerUnavailable, PostgresStore, StorePermissionDenied, open_store
 from safe_effects.cli._app import app
+
+if TYPE_CHECKING:
+    from conftest import WorkerRole
 
 
 def run(url: str, *args: str) -> Result:
@@ -44,14 +48,20 @@ def test_an_unmigrated_store_is_refused_until_migrate_runs_once(fresh_store_url:
     url = fresh_store_url()
     store = open_store(url)
     try:
-        pending = store.pending_migrations()
-        if url.startswith("sqlite"):  # an existing file without tables: the same refusal as a stale schema
-            assert pending == [1, 2, 3, 4, 5]
+        if isinstance(store, PostgresStore):  # an empty schema, as a DBA may create one for the ledger
+            import psycopg
+
+            with psycopg.connect(url.rpartition("?schema=")[0], autocommit=True) as admin:
+                admin.execute(f'CREATE SCHEMA "{store.schema}"')
+        assert store.pending_migrations() == [1, 2, 3, 4, 5]  # SQLite: an existing file without tables
     finally:
         store.close()
     refused = run(url, "list")
     assert refused.exit_code == 1
-    assert "lacks schema migration(s) 1, 2, 3, 4, 5: run `safe-effects migrate` first" in refused.stderr
+    assert refused.stderr.startswith(
+        f"error [migrations_pending]: the ledger at {url} lacks schema migration(s) 1, 2, 3, 4, 5: run "
+        "`safe-effects migrate` first"
+    )
 
     first = run(url, "migrate", "--json")
     again = run(url, "migrate")
@@ -63,9 +73,52 @@ def test_an_unmigrated_store_is_refused_until_migrate_runs_once(fresh_store_url:
 
 
 @pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_mistyped_postgres_schema_is_named_and_no_new_ledger_is_suggested(store_url: str) -> None:
+    """The CLI answered a typo in ?schema= with "lacks schema migration(s) 1..5: run `safe-effects migrate`",
+    and following that advice made a new, empty ledger that answered "no unknowns"."""
+    typo = f"{store_url}_typo"
+    listed = run(typo, "list")
+    assert listed.exit_code == 1
+    assert f"the database has no schema '{typo.rpartition('=')[2]}' (check the URL's ?schema=" in listed.stderr
+    assert "migrate" not in listed.stderr
+    store = open_store(typo)
+    try:
+        assert not store.schema_exists()  # refused, not created
+    finally:
+        store.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_worker_role_cannot_migrate_and_is_told_who_can(
+    store_at_version: Callable[[int], str], worker_role: WorkerRole
+) -> None:
+    """A role with DML rights only (docs/operations.md) opening a ledger with a migration pending got a raw
+    InsufficientPrivilege on the bookkeeping table's CREATE TABLE IF NOT EXISTS, from the library and the CLI."""
+    url = store_at_version(4)
+    worker_role.grant_dml(url.rpartition("?schema=")[2])
+    worker = worker_role.url(url)
+    told = r"schema migration\(s\) 5 pending in schema '.+'; role '.+' may not create or change tables there"
+
+    with pytest.raises(StorePermissionDenied, match=told + r".*: run `safe-effects migrate` as the schema's owner"):
+        Ledger.open(worker)
+    migrated = run(worker, "migrate")
+
+    assert migrated.exit_code == 1
+    assert migrated.stderr.startswith("error [store_permission_denied]: schema migration(s) 5 pending")
+    assert migrated.stderr.count("\n") == 1
+    store = open_store(url)
+    try:
+        assert store.pending_migrations() == [5]  # the ledger is as it was
+    finally:
+        store.close()
+
+
+@pytest.mark.postgres
 def test_a_password_in_the_store_url_is_never_printed(pg_url: str) -> None:
-    """The refusal of an unmigrated store and ``migrate --json`` name the store: they go to terminals, CI logs
-    and tickets, so a password in the URL shows as ***."""
+    """The refusal of a store without a ledger and ``migrate --json`` name the store: they go to terminals, CI
+    logs and tickets, so a password in the URL shows as ***."""
     parts = urlsplit(pg_url)
     netloc = f"{parts.username or 'postgres'}:S3cret-pw@{parts.hostname}:{parts.port or 5432}"
     schema = f"se_test_{uuid.uuid4().hex[:12]}"
@@ -74,7 +127,7 @@ def test_a_password_in_the_store_url_is_never_printed(pg_url: str) -> None:
         refused = run(url, "list")
         migrated = run(url, "migrate", "--json")
         assert refused.exit_code == 1
-        assert "lacks schema migration(s)" in refused.stderr
+        assert "the database has no schema" in refused.stderr
         assert json.loads(migrated.stdout)["applied"] == [1, 2, 3, 4, 5]
         for output in (refused.stdout, refused.stderr, migrated.stdout, migrated.stderr):
             assert "S3cret-pw" not in output

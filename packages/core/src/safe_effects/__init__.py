@@ -29,10 +29,13 @@ from ._errors import (
     InvalidTenant,
     LeaseLost,
     LedgerUnavailable,
+    MigrationsPending,
     MissingDependency,
     MissingIntentKey,
     SafeEffectsError,
     StaleRecord,
+    StoreNotReady,
+    StorePermissionDenied,
     UndigestibleRequest,
     UnknownTenant,
 )
@@ -139,6 +142,9 @@ __all__ = [
     "EffectInProgress",
     "LeaseLost",
     "LedgerUnavailable",
+    "StoreNotReady",
+    "MigrationsPending",
+    "StorePermissionDenied",
     "ApprovalError",
     "MissingDependency",
 ]

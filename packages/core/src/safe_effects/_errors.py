@@ -17,6 +17,9 @@
     │   ├── EffectDeferred            retryable refusals exhausted before any effect: safe to try later
     │   ├── EffectInProgress          another worker holds the intent; it did not finish in time
     │   └── LeaseLost                 a late answer, kept as evidence, did not settle the intent as it said
+    ├── StoreNotReady                 the store is not set up for this release or role (migrate, grant)
+    │   ├── MigrationsPending         schema migrations this release needs are not applied yet
+    │   └── StorePermissionDenied     the database refused this role a statement (names the grant to ask for)
     ├── ApprovalError                 the two-person rule refused an operator action
     └── MissingDependency             an optional extra is not installed
 Each class carries a stable ``code`` for logs, metrics and the CLI's JSON output.
@@ -24,6 +27,7 @@ Each class carries a stable ``code`` for logs, metrics and the CLI's JSON output
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -117,6 +121,35 @@ class LedgerUnavailable(SafeEffectsError):
     """
 
     code = "ledger_unavailable"
+
+
+class StoreNotReady(SafeEffectsError):
+    """The store cannot serve this release or role as it stands: a set-up step to take (migrate, grant, another
+    schema), not an outage to wait out. The refused statement changed nothing."""
+
+    code = "store_not_ready"
+
+
+class MigrationsPending(StoreNotReady):
+    """The store lacks schema migrations this release needs (``versions``): refused up front, rather than
+    failing later on a column or table the store does not have yet."""
+
+    code = "migrations_pending"
+
+    def __init__(self, versions: Sequence[int], *, where: str = "the ledger's store") -> None:
+        self.versions = tuple(versions)
+        super().__init__(
+            f"{where} lacks schema migration(s) {', '.join(map(str, self.versions))}: run `safe-effects migrate` "
+            "first (or store.migrate(), which Ledger.open runs; docs/operations.md, Store schema, says what each "
+            "one locks)"
+        )
+
+
+class StorePermissionDenied(StoreNotReady):
+    """The database refused this role a statement the call needs; the message says which grant to ask for,
+    or which role must run the step."""
+
+    code = "store_permission_denied"
 
 
 class IntentNotFound(SafeEffectsError, LookupError):

@@ -43,6 +43,7 @@ from ._errors import (
     InvalidIntentKey,
     LeaseLost,
     LedgerUnavailable,
+    MigrationsPending,
     StaleRecord,
     UnknownTenant,
 )
@@ -143,6 +144,8 @@ class Ledger:
         observer: Observer | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        """On a store that lacks migrations this release needs: :class:`MigrationsPending` (``Ledger.open``,
+        ``store.migrate()`` and ``safe-effects migrate`` apply them)."""
         self.store = store
         self.clock = clock
         if worker_id is not None and not isinstance(worker_id, str):
@@ -163,6 +166,10 @@ class Ledger:
         # is dead (nobody here is working on them), so a later call takes them over at once
         self._abandoned: set[tuple[str, str, int]] = set()
         self._unsent = UnsentClaims(keep_for=lease.duration)  # claims whose write failed here, never sent
+        # once, here: a store built by hand and not migrated would fail call after call on a column or table
+        # it lacks, as a raw driver error (Ledger.open migrates first)
+        if pending := store.pending_migrations():
+            raise MigrationsPending(pending)
 
     @classmethod
     def open(cls, url: str = "sqlite:///safe-effects.sqlite3", **options: Any) -> Ledger:

@@ -2,6 +2,10 @@
 
 PostgreSQL statements name tables as ``{schema}.table``; the store fills ``{schema}`` with a quoted
 ``psycopg.sql.Identifier`` (so literal braces in a statement are written ``{{`` and ``}}``).
+
+A PostgreSQL migration that creates a table ends with ``_postgres_grants_like_intents(table)``: workers may
+run as a role with DML rights on the ledger's tables only, granted before the upgrade, which no new table
+would otherwise carry.
 """
 
 from __future__ import annotations
@@ -25,6 +29,38 @@ POSTGRES_BOOKKEEPING = (
     "CREATE TABLE IF NOT EXISTS {schema}.schema_migrations "
     "(version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
 )
+
+
+def _postgres_grants_like_intents(table: str) -> tuple[str, ...]:
+    """Every privilege a role (or PUBLIC) holds on effect_intents, granted on the new ``table`` too, so that
+    an upgrade does not lock the workers' roles out of it.
+
+    Read from the catalog (``aclexplode``): information_schema shows only grants the migrating role takes
+    part in. The schema goes on the transaction's search path, so no name is quoted inside the DO block.
+    """
+    return (
+        "SET LOCAL search_path TO {schema}",
+        f"""DO $grants$
+        DECLARE
+            held record;
+        BEGIN
+            FOR held IN
+                SELECT acl.grantee, acl.privilege_type, acl.is_grantable
+                FROM pg_class AS intents, aclexplode(intents.relacl) AS acl
+                WHERE intents.oid = 'effect_intents'::regclass
+                  AND acl.grantee <> (SELECT relowner FROM pg_class WHERE oid = '{table}'::regclass)
+            LOOP
+                EXECUTE format(
+                    'GRANT %s ON %s TO %s%s',
+                    held.privilege_type,
+                    '{table}'::regclass,
+                    CASE held.grantee WHEN 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(held.grantee)) END,
+                    CASE WHEN held.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END
+                );
+            END LOOP;
+        END $grants$""",
+    )
+
 
 # the audit table refuses UPDATE and DELETE (v1, and again after v3 rebuilt the table)
 _SQLITE_AUDIT_APPEND_ONLY = (
@@ -273,6 +309,7 @@ _V5_POSTGRES = (
         tenant_id text NOT NULL,
         intent_key text NOT NULL
     )""",
+    *_postgres_grants_like_intents("reconciler_cursors"),
 )
 
 MIGRATIONS: tuple[Migration, ...] = (

@@ -19,9 +19,11 @@ from functools import lru_cache, partial
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ._approvals import Approval, ApprovalState, decided_meanwhile, decision_of
-from ._errors import InvalidInput, LedgerUnavailable, MissingDependency, StaleRecord
+from ._bookkeeping import check_columns, check_versions
+from ._errors import InvalidInput, LedgerUnavailable, MissingDependency, StaleRecord, StorePermissionDenied
 from ._fork import keep_inherited, renew_in_children
 from ._migrations import MIGRATIONS, POSTGRES_BOOKKEEPING
+from ._pg_refusals import migration_refused, tables_refused
 from ._records import AuditEntry, EffectRecord, Evidence
 from ._rows import (
     AUDIT_COLUMNS,
@@ -46,7 +48,7 @@ from ._states import EffectStatus
 from ._tenants import check_tenant
 
 if TYPE_CHECKING:
-    from psycopg import Connection, Cursor, sql
+    from psycopg import Connection, Cursor, Error, sql
     from psycopg.rows import DictRow, TupleRow
     from psycopg_pool import ConnectionPool
 
@@ -114,15 +116,20 @@ class _Checkout:
 
     A database that does not answer or refuses writes for now (see :func:`_unavailable`: connection lost,
     server restarting, statement cancelled, pool timeout or closed, a read-only standby) becomes
-    :class:`LedgerUnavailable`, one typed error for callers of either store.
+    :class:`LedgerUnavailable`, one typed error for callers of either store. A role refused a table (granted
+    DML before an upgrade made a table, say) is :class:`StorePermissionDenied`, naming the grant to ask for.
     """
 
-    __slots__ = ("_conn", "_down", "_pool", "_sweep")
+    __slots__ = ("_conn", "_down", "_pool", "_schema", "_sweep")
 
     def __init__(
-        self, pool: ConnectionPool[Connection[TupleRow]], sweep: _PoolSweep, down: tuple[type[Exception], ...]
+        self,
+        pool: ConnectionPool[Connection[TupleRow]],
+        sweep: _PoolSweep,
+        down: tuple[type[Exception], ...],
+        schema: str,
     ) -> None:
-        self._pool, self._sweep, self._down = pool, sweep, down
+        self._pool, self._sweep, self._down, self._schema = pool, sweep, down, schema
 
     def __enter__(self) -> Connection[TupleRow]:
         try:
@@ -160,10 +167,20 @@ class _Checkout:
         return left
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _: object) -> None:
+        refused = _refused(error, self._conn, self._schema) if error is not None else None
         cast("_Pooled", self._conn).returned_at = time.monotonic()
         self._pool.putconn(self._conn)
+        if refused is not None:
+            raise refused from error
         if isinstance(error, self._down):
             raise LedgerUnavailable(f"the PostgreSQL ledger did not answer: {error}") from error
+
+
+def _refused(error: BaseException, conn: Connection[Any], schema: str) -> StorePermissionDenied | None:
+    """``error`` as :class:`StorePermissionDenied` if the server refused the role a privilege, else None."""
+    if not isinstance(error, _denied()):
+        return None
+    return tables_refused(_primary(error), conn.info.user, schema)
 
 
 def _ping_if_suspect(conn: Connection[Any]) -> None:
@@ -306,6 +323,11 @@ def _one_line(error: Exception) -> str:
     return " ".join(str(error).split())
 
 
+def _primary(error: Error) -> str:
+    """The server's own one-line message (``permission denied for table x``), without the statement it quotes."""
+    return error.diag.message_primary or _one_line(error)
+
+
 @lru_cache(maxsize=1)
 def _unavailable() -> tuple[type[Exception], ...]:
     """psycopg's errors that mean the ledger cannot write now: a database that does not answer (pool timeouts
@@ -314,6 +336,14 @@ def _unavailable() -> tuple[type[Exception], ...]:
     import psycopg  # noqa: PLC0415  # optional extra, present once a PostgresStore is made
 
     return (psycopg.OperationalError, psycopg.InterfaceError, psycopg.errors.ReadOnlySqlTransaction)
+
+
+@lru_cache(maxsize=1)
+def _denied() -> type[Error]:
+    """psycopg's error for a privilege the role lacks. Made on first use: psycopg is an optional dependency."""
+    import psycopg  # noqa: PLC0415  # optional extra, present once a PostgresStore is made
+
+    return psycopg.errors.InsufficientPrivilege
 
 
 def _render(query: sql.Composable) -> bytes:
@@ -498,13 +528,18 @@ class PostgresStore:
         self._bookkeeping = _render(sql.SQL(POSTGRES_BOOKKEEPING).format(schema=schema_id))
         self._create_schema = _render(sql.SQL("CREATE SCHEMA {}").format(schema_id))
         self._applied = _render(sql.SQL("SELECT version FROM {}").format(schema_table))
-        self._bookkeeping_name = _render(schema_table).decode()  # quoted, for to_regclass
+        # the bookkeeping table's columns (NULL while it is missing) and whether effect_intents exists
+        self._bookkeeping_shape = _render(
+            sql.SQL(
+                "SELECT (SELECT array_agg(attname::text ORDER BY attnum) FROM pg_attribute WHERE attrelid = "
+                "to_regclass({}) AND attnum > 0 AND NOT attisdropped), to_regclass({}) IS NOT NULL"
+            ).format(sql.Literal(_render(schema_table).decode()), sql.Literal(_render(intents).decode()))
+        )
         self._record_version = _render(sql.SQL("INSERT INTO {} (version) VALUES (%s)").format(schema_table))
 
     def migrate(self) -> list[int]:
         """Apply pending migrations under a per-schema advisory lock, so concurrent callers run them once;
         returns the versions this call applied."""
-        done: list[int] = []
         lock = int.from_bytes(hashlib.sha256(f"safe_effects:{self.schema}".encode()).digest()[:8], signed=True)
         with self._checkout() as conn, conn.transaction():
             # an index built on a large table, or a wait for another process's migration, may take long: the
@@ -517,30 +552,47 @@ class PostgresStore:
             conn.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (lock,))
             conn.execute("SELECT set_config('lock_timeout', %s, true)", (kept[0] if kept else "0",))
             applied = self._applied_versions(conn)
-            if applied.issuperset(self._migrations):  # up to date: no DDL, which a role with DML rights may not run
-                return done
-            # checked first: CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when it exists
-            if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)).fetchone() is None:
-                conn.execute(self._create_schema)
-            conn.execute(self._bookkeeping)
-            for version, statements in self._migrations.items():
-                if version in applied:
-                    continue
-                for statement in statements:
-                    conn.execute(statement)
-                conn.execute(self._record_version, (version,))
-                done.append(version)
-        return done
+            pending = [version for version in self._migrations if version not in (applied or ())]
+            if not pending:  # up to date: no DDL, which a role with DML rights may not run
+                return pending
+            try:
+                if applied is None:  # a new ledger. Both checked first: CREATE ... IF NOT EXISTS needs the
+                    # right to create (on the database, on the schema) even when the object exists
+                    if not self._has_schema(conn):
+                        conn.execute(self._create_schema)
+                    conn.execute(self._bookkeeping)
+                for version in pending:
+                    for statement in self._migrations[version]:
+                        conn.execute(statement)
+                    conn.execute(self._record_version, (version,))
+            except _denied() as error:  # a worker's role: DML rights only
+                raise migration_refused(_primary(error), conn.info.user, self.schema, pending) from error
+        return pending
 
     def pending_migrations(self) -> list[int]:
         with self._checkout() as conn:
-            applied = self._applied_versions(conn)
+            applied = self._applied_versions(conn) or set()
         return [version for version in self._migrations if version not in applied]
 
-    def _applied_versions(self, conn: Connection[Any]) -> set[int]:
-        """The versions the schema's bookkeeping table lists; none while the table (or schema) is missing."""
-        known = conn.execute("SELECT to_regclass(%s)", (self._bookkeeping_name,)).fetchone()
-        return {row[0] for row in conn.execute(self._applied)} if known and known[0] else set()
+    def schema_exists(self) -> bool:
+        """Whether the store's schema exists: a mistyped ``?schema=`` names none (``migrate`` would create it)."""
+        with self._checkout() as conn:
+            return self._has_schema(conn)
+
+    def _has_schema(self, conn: Connection[Any]) -> bool:
+        return conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)).fetchone() is not None
+
+    def _applied_versions(self, conn: Connection[Any]) -> set[int] | None:
+        """The versions the schema's bookkeeping table lists; None while the table (or schema) is missing.
+        Another tool's table of that name is :class:`StoreNotReady` (see ``_bookkeeping``)."""
+        where = f"the PostgreSQL schema {self.schema!r}"
+        columns, has_intents = conn.execute(self._bookkeeping_shape).fetchone() or (None, False)
+        if columns is None:
+            return None
+        check_columns(where, columns)
+        applied = {row[0] for row in conn.execute(self._applied)}
+        check_versions(where, applied, has_intents)
+        return applied
 
     def close(self) -> None:
         self._pool.close()
@@ -557,7 +609,7 @@ class PostgresStore:
         self._sweep = _PoolSweep(self._pool)
 
     def _checkout(self) -> _Checkout:
-        return _Checkout(self._pool, self._sweep, _unavailable())
+        return _Checkout(self._pool, self._sweep, _unavailable(), self.schema)
 
     def insert_if_absent(self, record: EffectRecord, *, connection: Any = None) -> tuple[EffectRecord, bool]:
         """Insert ``record`` unless the key exists, one statement; see :class:`Store`."""

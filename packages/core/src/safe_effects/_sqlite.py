@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ._approvals import Approval, ApprovalState, decided_meanwhile, decision_of
+from ._bookkeeping import check_columns, check_versions
 from ._errors import InvalidInput, LedgerUnavailable
 from ._fork import renew_in_children
 from ._migrations import MIGRATIONS, SQLITE_BOOKKEEPING
@@ -272,8 +273,10 @@ class SQLiteStore:
         returns the versions this call applied."""
         done: list[int] = []
         with self._write() as conn:
-            conn.execute(SQLITE_BOOKKEEPING)
-            applied = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
+            applied = self._applied_versions(conn)
+            if applied is None:
+                conn.execute(SQLITE_BOOKKEEPING)
+                applied = set()
             for migration in MIGRATIONS:
                 if migration.version in applied:
                     continue
@@ -287,12 +290,21 @@ class SQLiteStore:
         return done
 
     def pending_migrations(self) -> list[int]:
-        conn = self._conn()
-        known = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'")
-        applied = (
-            {row[0] for row in conn.execute("SELECT version FROM schema_migrations")} if known.fetchone() else set()
-        )
+        applied = self._applied_versions(self._conn()) or set()
         return [m.version for m in MIGRATIONS if m.version not in applied]
+
+    def _applied_versions(self, conn: sqlite3.Connection) -> set[int] | None:
+        """The versions the bookkeeping table lists; None while it is missing. Another tool's table of that
+        name is :class:`StoreNotReady` (see ``_bookkeeping``)."""
+        where = f"the SQLite ledger {self.path}"
+        columns = [row[0] for row in conn.execute("SELECT name FROM pragma_table_info('schema_migrations')")]
+        if not columns:
+            return None
+        check_columns(where, columns)
+        applied = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
+        intents = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'effect_intents'")
+        check_versions(where, applied, intents.fetchone() is not None)
+        return applied
 
     def close(self) -> None:
         """Close every thread's connection (they were opened with check_same_thread=False for this)."""

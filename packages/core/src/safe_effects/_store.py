@@ -27,7 +27,8 @@ class Store(Protocol):
         ...
 
     def pending_migrations(self) -> list[int]:
-        """Migration versions not applied yet (every one of them on an empty store); changes nothing."""
+        """Migration versions not applied yet (every one of them on an empty store); changes nothing. Both this
+        and :meth:`migrate` refuse another tool's ``schema_migrations`` table as :class:`StoreNotReady`."""
         ...
 
     def close(self) -> None: ...

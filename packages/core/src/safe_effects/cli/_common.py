@@ -19,8 +19,9 @@ from rich.table import Table
 
 from safe_effects._adapter import ProviderAdapter
 from safe_effects._adapter_registry import ENTRY_POINT_GROUP, load_adapters
-from safe_effects._errors import InvalidInput, SafeEffectsError
+from safe_effects._errors import InvalidInput, MigrationsPending, SafeEffectsError
 from safe_effects._ledger import Ledger
+from safe_effects._postgres import PostgresStore
 from safe_effects._store_url import SQLITE_PREFIX, open_store, redacted
 
 DEBUG_ENV = "SAFE_EFFECTS_DEBUG"
@@ -101,8 +102,8 @@ def say(message: str) -> None:
 def opened(store: str, *, worker_id: str | None = None) -> Iterator[Ledger]:
     """The existing, migrated ledger on ``store``, closed after the command.
 
-    A command never creates or upgrades a store: a mistyped path must not answer "no unknowns" from a new
-    empty ledger, and a migration is a step an operator plans (``safe-effects migrate``).
+    A command never creates or upgrades a store: a mistyped path or schema must not answer "no unknowns" from
+    a new empty ledger, and a migration is a step an operator plans (``safe-effects migrate``).
     """
     if store.startswith(SQLITE_PREFIX) and not (path := Path(store[len(SQLITE_PREFIX) :])).exists():
         # sqlite:///x.db is x.db in the current directory; an absolute path takes four slashes
@@ -110,13 +111,21 @@ def opened(store: str, *, worker_id: str | None = None) -> Iterator[Ledger]:
         raise InvalidInput(
             f"no ledger at {store}{where}: the file does not exist (create one with `safe-effects migrate`)"
         )
-    with Ledger(open_store(store), worker_id=worker_id) as ledger:
-        pending = ledger.store.pending_migrations()
-        if pending:
+    backend = open_store(store)
+    try:
+        if isinstance(backend, PostgresStore) and not backend.schema_exists():
             raise InvalidInput(
-                f"the ledger at {redacted(store)} lacks schema migration(s) {', '.join(map(str, pending))}: run "
-                "`safe-effects migrate` first (docs/operations.md, Store schema, says what each one locks)"
+                f"no ledger at {redacted(store)}: the database has no schema {backend.schema!r} (check the URL's "
+                "?schema=, which defaults to safe_effects)"
             )
+        ledger = Ledger(backend, worker_id=worker_id)
+    except MigrationsPending as pending:  # the same refusal, naming the URL (SAFE_EFFECTS_STORE may have chosen it)
+        backend.close()
+        raise MigrationsPending(pending.versions, where=f"the ledger at {redacted(store)}") from None
+    except BaseException:
+        backend.close()
+        raise
+    with ledger:
         yield ledger
 
 
