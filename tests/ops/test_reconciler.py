@@ -9,7 +9,7 @@ import subprocess
 import sys
 from collections import Counter
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -18,6 +18,8 @@ import pytest
 import typer
 
 from safe_effects import (
+    CrashPlan,
+    CrashPoint,
     EffectRequest,
     EffectUnknown,
     InvalidInput,
@@ -27,6 +29,7 @@ from safe_effects import (
     LookupKind,
     LookupMethod,
     Reconciler,
+    SimulatedCrash,
 )
 from safe_effects.cli import _reconcile as reconcile_cli
 from safe_effects.testing import FakeClock, FakeFailure, GenericFakeAdapter
@@ -199,9 +202,30 @@ def test_a_rate_limited_providers_unknowns_each_get_their_turn(ops: Ops) -> None
     assert len(ops.fake.effects()) == 3  # their own sends: nothing was redispatched
 
 
+def test_a_deferred_record_a_lost_worker_left_in_flight_is_taken_over_without_a_lookup(ops: Ops) -> None:
+    """Turning an expired lease into unknown needs no lookup: done at once, so the record shows as in doubt (the
+    aging alerts) rather than as abandoned while it waits for the provider's rate limit."""
+    clock = FakeClock(datetime.now(UTC))
+    dying = Ledger(ops.ledger.store, clock=clock, crash_plan=CrashPlan.crash_at(CrashPoint.AFTER_RESPONSE))
+    keys = [f"invoice:lost{n}:collect:v1" for n in range(2)]
+    for n, key in enumerate(keys):
+        with pytest.raises(SimulatedCrash):
+            dying.execute(ops.adapter, EffectRequest(operation="charge", params={"n": n}), intent_key=key)
+    clock.advance(timedelta(hours=1))  # both leases ran out: their workers are gone
+    reconciler = Reconciler(Ledger(ops.ledger.store, clock=clock), {"fake": paced(ops.adapter)})
+    report = reconciler.run_once()
+    assert [(i.intent_key, i.before, i.outcome) for i in report.items] == [
+        (keys[0], "in_flight", "confirmed"),
+        (keys[1], "in_flight", "deferred"),
+    ]
+    later = ops.ledger.get(keys[1])
+    assert (later.status, later.lease_owner, later.last_error_class) == ("unknown", None, "LeaseExpired")
+    assert len(ops.fake.effects()) == 2  # both sent once by the lost workers; nothing sent again
+
+
 def test_one_providers_backlog_does_not_hold_back_anothers(ops: Ops) -> None:
-    """Each provider goes round robin on its own, up to ``limit`` records a sweep: a rate-limited provider's
-    deferred backlog does not take the sweep from another provider's unknowns."""
+    """Each provider goes round robin on its own, up to ``limit`` records a sweep, the providers taking turns:
+    a rate-limited provider's deferred backlog (or its paced lookups) does not hold back another's unknowns."""
     other = replace(ops.adapter, provider="other")
     backlog = [ops.unknown(f"invoice:b{n}:collect:v1").intent_key for n in range(3)]
     request = EffectRequest(operation="charge", params={"n": "other"})
@@ -212,9 +236,9 @@ def test_one_providers_backlog_does_not_hold_back_anothers(ops: Ops) -> None:
     report = reconciler.run_once(limit=3)
     assert [(i.intent_key, i.outcome) for i in report.items] == [
         (backlog[0], "confirmed"),
+        ("invoice:o:collect:v1", "confirmed"),
         (backlog[1], "deferred"),
         (backlog[2], "deferred"),
-        ("invoice:o:collect:v1", "confirmed"),
     ]
     assert ops.ledger.get("invoice:o:collect:v1").status == "confirmed"
     assert len(ops.fake.effects()) == 4

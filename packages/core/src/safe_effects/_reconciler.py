@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import zip_longest
 from typing import Any
 
 from ._adapter import ProviderAdapter
@@ -95,13 +96,14 @@ class Reconciler:
         expired, least recently updated first, starting after that provider's previous sweep stopped and
         wrapping around to the oldest (see the class)."""
         in_doubt = self.ledger.store.status_counts([S.UNKNOWN, S.IN_FLIGHT])
-        chosen: list[EffectRecord] = []
+        per_provider: list[list[EffectRecord]] = []
         for provider in sorted({provider for _, provider, _, _ in in_doubt}):
             self._starts[provider] = start = self._position(provider)
             picked, end = self._walk(provider, start, limit)
             self._move_cursor(provider, end)
-            chosen += picked
-        return chosen
+            per_provider.append(picked)
+        # taken in turns, so one provider's paced lookups (sleeps between them) do not hold back the others'
+        return [record for turn in zip_longest(*per_provider) for record in turn if record is not None]
 
     def _position(self, provider: str) -> Position | None:
         if self.cursor_name is None:
@@ -168,6 +170,7 @@ class Reconciler:
                 return item("skipped", note=f"no adapter for provider {record.provider!r}")
             if record.provider in deferred or not self._paced(adapter, record):
                 deferred.add(record.provider)
+                self.ledger._expire_lease(record)  # needs no lookup: a lost worker's intent shows as unknown now
                 return item("deferred", note="provider lookup rate limit reached; next run")
             after = self.ledger.reconcile(adapter, intent_key=record.intent_key, tenant=record.tenant)
         except StaleRecord:
