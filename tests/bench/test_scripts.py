@@ -133,3 +133,9 @@ def test_the_workers_of_a_ledger_slice_measure_at_the_same_time(tmp_path: Path) 
     assert len(spans) == 3
     assert max(starts) - min(starts) < 0.1, starts  # they began together...
     assert min(ends) >= max(starts) + 0.5, (starts, ends)  # ...and every one was still calling at the close
+
+
+def test_purge_batches_prints_a_line_per_batch_size(pg: str) -> None:
+    out = run("purge_batches.py", pg, "--records", "3000", "--batches", "2", "--sizes", "100", "20")
+    lines = re.findall(r"^batch +(\d+): delete median [\d.]+ ms, longest [\d.]+ ms$", out, re.MULTILINE)
+    assert lines == ["100", "20"], out

@@ -94,6 +94,13 @@ def test_purge_keeps_unsettled_and_recent_records(aged: Ops) -> None:
     assert aged.ledger.store.audit_trail("default", "old:confirmed:x:v1") == trail  # it outlives the record
 
 
+def test_purge_in_batches_of_one_deletes_the_same_records(aged: Ops) -> None:
+    assert aged.cli("purge", "--older-than", "150", "--batch", "0").exit_code == 2  # a usage error, nothing done
+    assert keys(aged) == ALL
+    assert aged.cli_json("purge", "--older-than", "150", "--batch", "1")["deleted"] == 2
+    assert keys(aged) == ALL - {"old:confirmed:x:v1", "old:rejected:x:v1"}
+
+
 def test_forced_minimum_still_never_deletes_unsettled(aged: Ops) -> None:
     report = aged.cli_json("purge", "--older-than", "0", "--force-min-days", "0")
     assert report["deleted"] == 3

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from safe_effects._adapter_registry import load_adapters
-from safe_effects._purge import purge_settled
+from safe_effects._purge import DEFAULT_BATCH, purge_settled
 
 from ._common import MAX_DAYS, AsJson, StoreUrl, emit, opened, print_json
 
@@ -32,6 +32,10 @@ def purge(
         str | None,
         typer.Option("--adapters", help="module:callable; their contracts' retention minimums raise the floor."),
     ] = None,
+    batch: Annotated[
+        int,
+        typer.Option("--batch", min=1, max=10_000, help="Records per delete; SQLite's writers wait for each one."),
+    ] = DEFAULT_BATCH,
     as_json: AsJson = False,
 ) -> None:
     """Delete confirmed, rejected and compensated records older than --older-than days (audit rows stay)."""
@@ -42,6 +46,7 @@ def purge(
             now=ledger.clock(),
             adapters=load_adapters(adapters) if adapters else None,
             force_minimum=None if force_min_days is None else timedelta(days=force_min_days),
+            batch=batch,
         )
     if as_json:
         print_json({"deleted": report.deleted, "cutoff": report.cutoff, "minimum_days": report.minimum.days})
