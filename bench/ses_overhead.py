@@ -82,7 +82,8 @@ def calls(moto_url: str, ledger: Ledger) -> Calls:
         aws_access_key_id=KEY_ID,
         aws_secret_access_key=SECRET,
     )
-    stub = SimpleNamespace(send_email=lambda **_: {"MessageId": uuid.uuid4().hex})
+    # answers at once; its botocore model (meta) serves the wrapper's parameter check, as a real client's does
+    stub = SimpleNamespace(meta=raw.meta, send_email=lambda **_: {"MessageId": uuid.uuid4().hex})
     no_http = ses_safe.SafeSESv2Client(
         raw=None, adapter=ses_safe.SesAdapter(stub), ledger=ledger, tenant="default", configuration_set="bench"
     )

@@ -5,8 +5,19 @@ from __future__ import annotations
 import importlib
 import subprocess
 import sys
+import typing
 
 import pytest
+
+from safe_effects import (
+    EffectDeferred,
+    EffectInProgress,
+    EffectOutcome,
+    EffectRecord,
+    EffectRejected,
+    EffectUnknown,
+    LeaseLost,
+)
 
 PUBLIC_API: dict[str, list[str]] = {
     "safe_effects": [
@@ -84,6 +95,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "Verdict",
         "bytes_digest",
         "canonical_json",
+        "check_ledger",
         "check_tenant",
         "check_transition",
         "holds_unstorable_text",
@@ -229,6 +241,15 @@ def test_all_is_pinned_and_importable(module_name: str) -> None:
     assert sorted(module.__all__) == PUBLIC_API[module_name]
     missing = [name for name in module.__all__ if not hasattr(module, name)]
     assert missing == []
+
+
+@pytest.mark.parametrize(
+    "outcome", [EffectOutcome, EffectUnknown, EffectRejected, EffectDeferred, EffectInProgress, LeaseLost]
+)
+def test_an_outcome_errors_record_is_typed_as_an_effect_record(outcome: type[EffectOutcome]) -> None:
+    """The docs say to read ``e.record.last_error_code``: a type checker must see an EffectRecord there, not Any."""
+    hints = typing.get_type_hints(outcome.__init__, localns={"EffectRecord": EffectRecord})
+    assert hints["record"] == EffectRecord | None
 
 
 OPTIONAL = ("psycopg", "psycopg_pool", "prometheus_client", "vcr", "typer", "stripe", "boto3", "sendgrid")

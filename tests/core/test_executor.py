@@ -154,8 +154,10 @@ def test_same_key_other_params_is_refused_before_sending(env: Env) -> None:
     before = env.record()
     other = EffectRequest(operation="charge", params={"amount": 9999, "currency": "eur"})
 
-    with pytest.raises(IntentConflict, match="same key, other parameters"):
+    with pytest.raises(IntentConflict, match="was recorded for fake charge, confirmed with") as conflict:
         env.ledger.execute(env.adapter, other, intent_key=KEY)
+
+    assert str(conflict.value).endswith("give a new or corrected action a new key, e.g. 'invoice:inv_42:collect:v2'")
 
     assert env.record() == before
     assert len(env.fake.requests()) == 1

@@ -68,9 +68,35 @@ def test_build_refuses_malformed_parts(parts: tuple[str, ...], version: str, mes
         IntentKey.build(*parts, version=version)
 
 
-def test_build_refuses_non_str_parts() -> None:
-    with pytest.raises(InvalidIntentKey, match="must be a str, got int"):
+def test_build_takes_the_version_as_an_int_too() -> None:
+    assert IntentKey.build("invoice", "inv_42", "collect", version=2) == "invoice:inv_42:collect:v2"
+    assert IntentKey.build("invoice", "inv_42", "collect", version=0) == IntentKey.build(
+        "invoice", "inv_42", "collect", version="v0"
+    )
+
+
+@pytest.mark.parametrize(
+    ("version", "message"),
+    [
+        (-1, "version=-1 must look like 'v1', 'v2', ... or be an int >= 0"),
+        (True, "version must be an int like 2 or a str like 'v2', got bool"),
+        (2.0, "version must be an int like 2 or a str like 'v2', got float"),
+    ],
+)
+def test_build_refuses_other_versions_saying_what_it_takes(version: object, message: str) -> None:
+    with pytest.raises(InvalidIntentKey, match=re.escape(message)):
+        IntentKey.build("invoice", "inv_42", "collect", version=version)  # type: ignore[arg-type]
+
+
+def test_build_refuses_non_str_parts_saying_what_it_takes() -> None:
+    with pytest.raises(
+        InvalidIntentKey, match=r"object_id must be a str, got int 42: pass ids as text \(str\(1001\)\)"
+    ):
         IntentKey.build("invoice", 42, "pay")  # type: ignore[arg-type]
+    with pytest.raises(
+        InvalidIntentKey, match=r"qualifier\[0\] must be a str, got int 2.*only version= also takes an int"
+    ):
+        IntentKey.build("invoice", "inv_42", "pay", 2)  # type: ignore[arg-type]  # the version, passed as a qualifier
 
 
 @pytest.mark.parametrize(

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+import python_http_client
 
 from safe_effects import (
     EffectRecord,
@@ -147,6 +149,59 @@ def test_the_same_key_with_another_message_is_a_conflict(
         sg.send(mail(subject="two"), intent_key=key)
     assert fake.effect_count() == 1
     assert record(key).status is EffectStatus.CONFIRMED
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param(lambda client: client.mail.send, id="client.mail.send"),
+        pytest.param(lambda client: client._("mail")._("send"), id="client._(mail)._(send)"),
+        pytest.param(lambda client: client._("mail/send/"), id="client._(mail/send/)"),
+        pytest.param(lambda client: client.version(3).mail.send, id="client.version(3).mail.send"),
+    ],
+)
+def test_a_mail_send_through_sg_client_is_refused_before_anything_is_sent(
+    sg: SendGridAPIClient, fake: FakeSendGrid, ledger: Ledger, mail: Any, path: Callable[[Any], Any]
+) -> None:
+    """The SDK's other send shape takes no intent key: through the plain client, three retries were three
+    emails and no record. Refused whatever spelling built the path; reads and other endpoints still go."""
+    for _retry in range(3):
+        with pytest.raises(MissingIntentKey, match=re.escape("Use sg.send(message, intent_key=")):
+            path(sg.client).post(request_body=mail().get())
+    assert (fake.requests(), fake.effect_count()) == ([], 0)
+    assert ledger.store.list_by_status(list(EffectStatus)) == []
+
+    assert sg.client.messages.get(query_params={"limit": 1}).status_code == 200
+    with pytest.raises(python_http_client.exceptions.NotFoundError):  # sent: the fake serves no batches
+        sg.client.mail.batch.post()
+    assert [(r.method, r.path) for r in fake.requests()] == [("GET", "/v3/messages"), ("POST", "/v3/mail/batch")]
+
+
+def test_sg_client_stays_guarded_when_the_sdk_builds_a_new_one(
+    sg: SendGridAPIClient, ledger: Ledger, mail: Any
+) -> None:
+    """``set_sendgrid_data_residency`` replaces the SDK's client: the next ``sg.client`` is guarded again."""
+    guarded = type(sg.client)
+    sg.set_sendgrid_data_residency("eu")
+    assert (type(sg.client), sg.client.host) == (guarded, "https://api.eu.sendgrid.com")  # before any network
+    with pytest.raises(MissingIntentKey):  # refused before any connection to the real host is opened
+        sg.client.mail.send.post(request_body=mail().get())
+    assert ledger.store.list_by_status(list(EffectStatus)) == []
+
+
+@pytest.mark.parametrize("given", ["None", "a store URL", "the store"])
+def test_a_ledger_argument_that_is_not_a_ledger_is_refused_when_the_client_is_made(
+    fake: FakeSendGrid, ledger: Ledger, store_url: str, given: str
+) -> None:
+    """``ledger=None`` (an unset setting) once passed construction and failed the first send (AttributeError)."""
+    not_a_ledger = {"None": None, "a store URL": store_url, "the store": ledger.store}[given]
+    with pytest.raises(
+        InvalidInput,
+        match=rf"SendGridAPIClient needs ledger=Ledger.open\(store_url\).*, got {type(not_a_ledger).__name__}$",
+    ):
+        SendGridAPIClient("SG.fake-key", host=fake.url, ledger=not_a_ledger)  # type: ignore[arg-type]
+    assert fake.requests() == []
+    assert ledger.store.list_by_status(list(EffectStatus)) == []
 
 
 def test_sdk_attributes_pass_through_with_an_explicit_timeout(sg: SendGridAPIClient, fake: FakeSendGrid) -> None:

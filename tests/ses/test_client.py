@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import json
+import re
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qs
@@ -32,6 +35,12 @@ from ses_safe.testing import MotoFaultProxy, moto_sent_messages
 
 KEY = "signup:u_1:welcome:v1"
 RAW = b"From: sender@example.com\r\nTo: customer@example.com\r\nSubject: Hi\r\n\r\nWelcome.\r\n"
+TEMPLATED = {
+    "Source": "sender@example.com",
+    "Destination": {"ToAddresses": ["customer@example.com"]},
+    "Template": "welcome",
+    "TemplateData": json.dumps({"name": "Ada"}),
+}
 
 
 def test_a_send_without_intent_key_raises_before_anything_is_sent(
@@ -150,14 +159,8 @@ def test_v1_send_templated_email_goes_through_the_ledger_once(
     raw_client("ses").create_template(
         Template={"TemplateName": "welcome", "SubjectPart": "Hi {{name}}", "TextPart": "Welcome, {{name}}."}
     )
-    email = {
-        "Source": "sender@example.com",
-        "Destination": {"ToAddresses": ["customer@example.com"]},
-        "Template": "welcome",
-        "TemplateData": json.dumps({"name": "Ada"}),
-    }
-    first = ses.send_templated_email(IntentKey=KEY, **email)
-    again = ses.send_templated_email(IntentKey=KEY, **email)
+    first = ses.send_templated_email(IntentKey=KEY, **TEMPLATED)
+    again = ses.send_templated_email(IntentKey=KEY, **TEMPLATED)
 
     assert again["MessageId"] == first["MessageId"]
     assert again["SafeEffects"]["FromLedger"] is True
@@ -167,6 +170,68 @@ def test_v1_send_templated_email_goes_through_the_ledger_once(
     assert len(proxy.sends()) == 1
     assert len(moto_sent_messages(moto)) == 1
     assert ledger.get(KEY).operation == "ses.send_templated_email"
+
+
+def _misspelt(email: dict[str, Any]) -> None:
+    email["FromEmailAdress"] = email.pop("FromEmailAddress")
+
+
+def _int_body(email: dict[str, Any]) -> None:
+    email["Content"]["Simple"]["Body"]["Text"]["Data"] = 2599
+
+
+Slip = Callable[[dict[str, Any]], None]
+
+
+@pytest.mark.parametrize(
+    ("service", "method", "slip", "problem"),
+    [
+        ("sesv2", "send_email", _misspelt, 'Unknown parameter in input: "FromEmailAdress"'),
+        ("sesv2", "send_email", _int_body, "Invalid type for parameter Content.Simple.Body.Text.Data, value: 2599"),
+        ("sesv2", "send_email", lambda email: email.update(Content="Thanks."), "Invalid type for parameter Content,"),
+        (
+            "ses",
+            "send_email",
+            lambda email: email["Message"].pop("Body"),
+            'Missing required parameter in Message: "Body"',
+        ),
+        ("ses", "send_raw_email", lambda email: email.update(RawMessage={"Bytes": RAW}), 'in RawMessage: "Bytes"'),
+        ("ses", "send_templated_email", lambda email: email.update(TemplateData={}), "parameter TemplateData,"),
+    ],
+)
+def test_a_call_botocore_refuses_client_side_is_invalid_input_and_the_fixed_call_keeps_the_key(
+    env: Any,
+    raw_client: Any,
+    ledger: Ledger,
+    emails: dict[str, Any],
+    service: str,
+    method: str,
+    slip: Slip,
+    problem: str,
+) -> None:
+    """botocore refuses these before any request; met inside the ledger they once burnt the intent as rejected
+    (a saga then compensated a send that never went, and the fixed call met IntentConflict)."""
+    raw_client("ses").create_template(
+        Template={"TemplateName": "welcome", "SubjectPart": "Hi {{name}}", "TextPart": "Welcome, {{name}}."}
+    )
+    good = {"send_raw_email": {"RawMessage": {"Data": RAW}}, "send_templated_email": TEMPLATED}.get(
+        method, emails[service]
+    )
+    bad = copy.deepcopy(good)
+    slip(bad)
+    client = getattr(env, service)
+    with pytest.raises(
+        InvalidInput, match=rf"(?s){service}\.{method}: Parameter validation failed:.*{re.escape(problem)}"
+    ):
+        getattr(client, method)(IntentKey=KEY, **bad)
+    assert env.proxy.exchanges == []
+    with pytest.raises(IntentNotFound):
+        ledger.get(KEY)
+
+    answer = getattr(client, method)(IntentKey=KEY, **good)  # the fixed call, under the same key
+    [sent] = env.sent()
+    assert ledger.get(KEY).status is EffectStatus.CONFIRMED
+    assert ledger.get(KEY).provider_result_id == answer["MessageId"] == sent["id"]
 
 
 @pytest.mark.parametrize(
@@ -249,6 +314,22 @@ def test_a_service_name_boto3_does_not_know_is_refused_before_anything(
         raw_client(name)  # the plain SDK refuses the same name
     with pytest.raises(InvalidInput, match=rf"wraps 'ses' or 'sesv2', got '{name}'"):
         wrapped(name)
+    assert proxy.exchanges == []
+    assert ledger.store.list_by_status(list(EffectStatus)) == []
+
+
+@pytest.mark.parametrize("service", ["ses", "sesv2"])
+@pytest.mark.parametrize("given", ["None", "a store URL", "the store"])
+def test_a_ledger_argument_that_is_not_a_ledger_is_refused_when_the_client_is_made(
+    proxy: MotoFaultProxy, ledger: Ledger, store_url: str, service: str, given: str
+) -> None:
+    """``ledger=None`` (an unset setting) once passed construction and failed the first send (AttributeError)."""
+    not_a_ledger = {"None": None, "a store URL": store_url, "the store": ledger.store}[given]
+    with pytest.raises(
+        InvalidInput,
+        match=rf"ses_safe.client needs ledger=Ledger.open\(store_url\).*, got {type(not_a_ledger).__name__}$",
+    ):
+        ses_safe.client(service, ledger=not_a_ledger, endpoint_url=proxy.url)  # type: ignore[call-overload]
     assert proxy.exchanges == []
     assert ledger.store.list_by_status(list(EffectStatus)) == []
 

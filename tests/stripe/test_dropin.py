@@ -119,6 +119,18 @@ def test_a_session_header_that_would_replace_the_key_or_the_account_is_refused_w
     assert env.fake.requests() == []
 
 
+@pytest.mark.parametrize("given", ["None", "a store URL", "the store"])
+def test_a_ledger_argument_that_is_not_a_ledger_is_refused_when_the_client_is_made(env: Env, given: str) -> None:
+    """``ledger=None`` (an unset setting) once passed construction and failed the first write (AttributeError)."""
+    ledger = {"None": None, "a store URL": env.store_url, "the store": env.ledger.store}[given]
+    with pytest.raises(
+        InvalidInput, match=rf"StripeClient needs ledger=Ledger.open\(store_url\).*, got {type(ledger).__name__}$"
+    ):
+        StripeClient(API_KEY, ledger=ledger, base_addresses={"api": env.fake.url})  # type: ignore[arg-type]
+    assert env.fake.requests() == []
+    assert env.ledger.store.list_by_status(list(EffectStatus)) == []
+
+
 def test_a_confirmed_create_whose_object_cannot_be_read_back_is_never_sent_again(env: Env) -> None:
     """Written with another API key (another account's object): the repeat's GET finds nothing. The write is
     confirmed, so the answer is unavailable; a second POST would be a second charge."""

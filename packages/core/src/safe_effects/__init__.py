@@ -41,6 +41,7 @@ from ._errors import (
 )
 from ._keys import IntentKey
 from ._ledger import Ledger
+from ._ledger_check import check_ledger
 from ._metrics import PrometheusObserver, StoreCollector
 from ._observer import NullObserver, Observer
 from ._operator import Decision, Operator
@@ -60,6 +61,7 @@ from ._thresholds import ApprovalThresholds
 __all__ = [
     # the executor
     "Ledger",
+    "check_ledger",
     "RetryPolicy",
     "LeasePolicy",
     "Observer",

@@ -27,8 +27,14 @@ Each class carries a stable ``code`` for logs, metrics and the CLI's JSON output
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # _records imports _keys, which imports this module
+    from ._records import EffectRecord
+
+_VERSIONED = re.compile(r"(.+):v([0-9]+)")  # a parsed intent key: its head and version number
 
 
 class SafeEffectsError(Exception):
@@ -83,15 +89,29 @@ class IntentConflict(SafeEffectsError):
 
     code = "intent_conflict"
 
-    def __init__(self, tenant: str, intent_key: str, recorded_digest: str, new_digest: str) -> None:
+    def __init__(
+        self, tenant: str, intent_key: str, recorded_digest: str, new_digest: str, *, recorded_as: str | None = None
+    ) -> None:
+        """``recorded_as`` says what the key holds (``stripe payment_intents.create, confirmed``): a conflict is
+        as often another operation under a reused key as other parameters."""
         self.tenant = tenant
         self.intent_key = intent_key
         self.recorded_digest = recorded_digest
         self.new_digest = new_digest
+        holds = f" for {recorded_as}" if recorded_as else ""
         super().__init__(
-            f"intent {intent_key!r} (tenant {tenant!r}) was recorded with request digest "
-            f"{recorded_digest[:19]}…, this call has {new_digest[:19]}…: same key, other parameters"
+            f"intent {intent_key!r} (tenant {tenant!r}) was recorded{holds} with request digest "
+            f"{recorded_digest[:19]}…, this call has {new_digest[:19]}…: same key, other parameters or operation. "
+            f"A key names one action: give a new or corrected action a new key, e.g. {_next_version(intent_key)}"
         )
+
+
+def _next_version(intent_key: str) -> str:
+    """The same key one version up (``...:v1`` -> ``...:v2``): the usual key for a corrected action."""
+    versioned = _VERSIONED.fullmatch(intent_key)
+    if versioned is None:  # not a parsed key (an IntentConflict built by hand)
+        return "the next version of this key"
+    return repr(f"{versioned[1]}:v{int(versioned[2]) + 1}")
 
 
 class IllegalTransition(SafeEffectsError):
@@ -163,7 +183,7 @@ class EffectOutcome(SafeEffectsError):
 
     code = "effect_outcome"
 
-    def __init__(self, message: str, *, intent_key: str, record: Any = None) -> None:
+    def __init__(self, message: str, *, intent_key: str, record: EffectRecord | None = None) -> None:
         self.intent_key = intent_key
         self.record = record
         super().__init__(message)
@@ -181,7 +201,12 @@ class EffectRejected(EffectOutcome):
     code = "effect_rejected"
 
     def __init__(
-        self, message: str, *, intent_key: str, record: Any = None, provider_error: BaseException | None = None
+        self,
+        message: str,
+        *,
+        intent_key: str,
+        record: EffectRecord | None = None,
+        provider_error: BaseException | None = None,
     ) -> None:
         self.provider_error = provider_error
         super().__init__(message, intent_key=intent_key, record=record)
@@ -198,7 +223,7 @@ class EffectDeferred(EffectOutcome):
         message: str,
         *,
         intent_key: str,
-        record: Any = None,
+        record: EffectRecord | None = None,
         retry_after: float | None = None,
         provider_error: BaseException | None = None,
     ) -> None:

@@ -22,7 +22,10 @@ _TAG_SAFE = re.compile(r"[A-Za-z0-9]")
 
 def _check_part(name: str, value: object) -> str:
     if not isinstance(value, str):
-        raise InvalidIntentKey(f"intent key part {name} must be a str, got {type(value).__name__}")
+        raise InvalidIntentKey(
+            f"intent key part {name} must be a str, got {type(value).__name__} {value!r:.40}: pass ids as text "
+            "(str(1001)); only version= also takes an int (version=2)"
+        )
     if not value:
         raise InvalidIntentKey(f"intent key part {name} is empty")
     if SEPARATOR in value:
@@ -35,6 +38,18 @@ def _check_part(name: str, value: object) -> str:
     return value
 
 
+def _version_part(version: object) -> str:
+    """``2`` or ``"v2"`` as the key's last part ``"v2"``: versions are counted, so an int is the natural bump."""
+    part = f"v{version}" if isinstance(version, int) and not isinstance(version, bool) else version
+    if not isinstance(part, str):
+        raise InvalidIntentKey(
+            f"intent key part version must be an int like 2 or a str like 'v2', got {type(version).__name__}"
+        )
+    if not _VERSION.fullmatch(part):
+        raise InvalidIntentKey(f"intent key part version={version!r} must look like 'v1', 'v2', ... or be an int >= 0")
+    return part
+
+
 class IntentKey(str):
     """A validated intent key: ``object_type:object_id:action:vN`` (a str, so it stores and logs as one).
 
@@ -45,17 +60,15 @@ class IntentKey(str):
     __slots__ = ()
 
     @classmethod
-    def build(cls, object_type: str, object_id: str, action: str, *qualifiers: str, version: str = "v1") -> Self:
-        """Join business parts into a key; each part is checked, the version must look like ``v1``."""
+    def build(cls, object_type: str, object_id: str, action: str, *qualifiers: str, version: str | int = "v1") -> Self:
+        """Join business parts into a key; each part is checked, the version is ``"v2"`` or ``2``."""
         parts = [
             _check_part("object_type", object_type),
             _check_part("object_id", object_id),
             _check_part("action", action),
         ]
         parts += [_check_part(f"qualifier[{i}]", q) for i, q in enumerate(qualifiers)]
-        if not _VERSION.fullmatch(_check_part("version", version)):
-            raise InvalidIntentKey(f"intent key part version={version!r} must look like 'v1', 'v2', ...")
-        parts.append(version)
+        parts.append(_version_part(version))
         return cls._checked(SEPARATOR.join(parts))
 
     @classmethod

@@ -1226,7 +1226,10 @@ class Ledger:
     def _check_digest(self, record: EffectRecord, digest: str) -> None:
         if record.request_digest != digest:
             self._observe("intent_conflict", record)
-            raise IntentConflict(record.tenant, record.intent_key, record.request_digest, digest)
+            recorded_as = f"{record.provider} {record.operation}, {record.status}"
+            raise IntentConflict(
+                record.tenant, record.intent_key, record.request_digest, digest, recorded_as=recorded_as
+            )
 
     @staticmethod
     def _rejected(record: EffectRecord, error: BaseException | None) -> EffectRejected:

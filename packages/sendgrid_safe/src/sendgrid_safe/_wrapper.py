@@ -13,19 +13,21 @@ from safe_effects import (
     IntentKey,
     Ledger,
     MissingIntentKey,
+    check_ledger,
     check_tenant,
 )
 
 from . import _rules
 from ._adapter import SendGridAdapter
 from ._client import LedgerResponse
+from ._guard import GuardedHTTPClient, guarded_client
 
 
 class SendGridAPIClient:
     """``sendgrid.SendGridAPIClient`` whose ``send`` reaches SendGrid at most once per intent key.
 
-    Every other attribute is the wrapped SDK client's, unguarded (``sg.client.mail.send.post`` bypasses
-    the ledger: use :meth:`send`).
+    Every other attribute is the wrapped SDK client's. ``client`` is the SDK's HTTP client for the other
+    endpoints; a mail send through it (``sg.client.mail.send.post``) is refused: use :meth:`send`.
     """
 
     def __init__(
@@ -39,10 +41,10 @@ class SendGridAPIClient:
         timeout: float = _rules.DEFAULT_TIMEOUT,
         activity_lookup: bool = True,
     ) -> None:
+        self.ledger = check_ledger(ledger, "sendgrid_safe.SendGridAPIClient")
         sdk = sendgrid.SendGridAPIClient(api_key=api_key, host=host, impersonate_subuser=impersonate_subuser)
         sdk.client.timeout = timeout  # the SDK default (None) would let a passthrough call hang forever
         self._sdk = sdk
-        self.ledger = ledger
         self.tenant = check_tenant(tenant)
         self.adapter = SendGridAdapter(sdk, timeout=timeout, activity_lookup=activity_lookup)
 
@@ -67,6 +69,11 @@ class SendGridAPIClient:
             receipt.response.from_ledger = False  # one question for both answers: was this call sent?
             return receipt.response
         return LedgerResponse(receipt.record.provider_result_id)
+
+    @property
+    def client(self) -> GuardedHTTPClient:
+        """The SDK's ``client`` (reads, other endpoints), refusing a mail send that would bypass the ledger."""
+        return guarded_client(self._sdk)
 
     def reconcile(self, *, intent_key: IntentKey | str) -> EffectRecord:
         """Try to settle an unknown send from evidence or the Email Activity API; never resends."""

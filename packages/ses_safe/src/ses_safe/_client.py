@@ -18,11 +18,13 @@ from safe_effects import (
     Ledger,
     MissingIntentKey,
     Receipt,
+    check_ledger,
     check_tenant,
 )
 
 from ._adapter import Insights, SendPayload, SesAdapter
 from ._contract import CONNECT_TIMEOUT, READ_TIMEOUT
+from ._params import check_params
 from ._tags import check_caller_tags
 
 if TYPE_CHECKING:
@@ -132,13 +134,15 @@ class _SafeClient:
                 f"{self._service}.{method}: pass ConfigurationSetName or configuration_set= to the client; "
                 "without event publishing an unknown send can never be reconciled"
             )
+        sent = {**kwargs, "ConfigurationSetName": configuration_set}
+        check_params(self._adapter.client, method, sent)
         check_caller_tags(kwargs.get(self._tags_field))
         request = EffectRequest(
             operation=f"{self._service}.{method}",
             params=_digestible(kwargs),
             payload=SendPayload(
                 method=method,
-                kwargs={**kwargs, "ConfigurationSetName": configuration_set},
+                kwargs=sent,
                 tags_field=self._tags_field,
                 tenant=self._tenant,
             ),
@@ -222,6 +226,7 @@ def client(
     """Like ``boto3.client(service_name, region_name, ...)``; one attempt and explicit timeouts for every call
     (see ``_SafeClient``), sends through ``ledger``. ``without_ledger`` and insights lookups use your ``config``."""
     _check_service_name(service_name)
+    check_ledger(ledger, "ses_safe.client")
     client_kwargs = {"region_name": region_name, **client_kwargs}
     session = session or boto3.session.Session()
     forced = boundary_config(connect_timeout=connect_timeout, read_timeout=read_timeout, base=config)

@@ -38,6 +38,7 @@ from safe_effects import (
     ProviderContract,
     Receipt,
     SafeEffectsError,
+    check_ledger,
     check_tenant,
 )
 
@@ -410,6 +411,7 @@ class StripeClient(stripe.StripeClient):
         max_network_retries: int | None = None,
         http_client: stripe.RequestsClient | None = None,
     ) -> None:
+        ledger = check_ledger(ledger, "stripe_safe.StripeClient")
         if max_network_retries:
             raise ValueError("stripe_safe forces max_network_retries=0: SDK retries would hide unknown outcomes")
         if http_client is not None and (proxy or verify_ssl_certs is not True):  # as the SDK refuses it

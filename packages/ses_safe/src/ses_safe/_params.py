@@ -1,0 +1,34 @@
+"""botocore's own parameter check, run before the ledger records a send.
+
+botocore validates a call against the operation's input shape client-side, before any request: a misspelt
+keyword, a missing parameter or a value of the wrong type raises ``ParamValidationError`` and nothing is sent.
+Met inside the ledger, that error would burn the intent as rejected (and a saga would compensate a send that
+never went), so the wrapper runs the same check first and calls it what it is: bad input, nothing recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from botocore.exceptions import ParamValidationError
+from botocore.validate import validate_parameters
+
+from safe_effects import InvalidInput
+
+
+def check_params(client: Any, method: str, params: Mapping[str, Any]) -> None:
+    """Raise :class:`InvalidInput` with botocore's report when ``client`` would refuse ``method(**params)``.
+
+    Also on a client built with ``Config(parameter_validation=False)``: there botocore's serializer fails on an
+    unknown parameter instead (a ``KeyError``, which the ledger could only call unknown).
+    """
+    meta = client.meta
+    operation = meta.service_model.operation_model(meta.method_to_api_mapping[method])
+    try:
+        validate_parameters(params, operation.input_shape)
+    except ParamValidationError as error:
+        raise InvalidInput(
+            f"{meta.service_model.service_name}.{method}: {error}; nothing was sent or recorded, so the corrected "
+            "call can use the same IntentKey"
+        ) from error
