@@ -13,8 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
-from safe_effects import EffectRequest, EffectStatus, Ledger
+from safe_effects import EffectRequest, EffectStatus, Ledger, PostgresStore, StoreCollector
 from safe_effects.testing import GenericFakeAdapter, GenericFakeProvider, generic_contract
 
 # Python 3.12+ warns on every fork of a process with threads (a PostgreSQL pool has some): what these tests
@@ -118,4 +119,33 @@ def test_a_forked_child_is_another_worker_with_tags_of_its_own(store_url: str, t
     given = Ledger(ledger.store, worker_id="billing-1")
     assert exit_codes([fork(lambda: seen.write_text(given.worker_id))]) == [0]
     assert seen.read_text() == "billing-1"  # an id the caller chose is kept
+    ledger.close()
+
+
+def test_a_store_closed_before_the_fork_stays_closed_in_the_children(store_url: str, tmp_path: Path) -> None:
+    """A master that only migrated (``with Ledger.open(url): pass``) must not open connections in every child."""
+    with Ledger.open(store_url) as ledger:
+        pass
+    store = ledger.store
+
+    def job() -> None:
+        opened = store._pool.closed is False if isinstance(store, PostgresStore) else bool(store._connections)
+        (tmp_path / "opened").write_text(str(opened))
+
+    assert exit_codes([fork(job)]) == [0]
+    assert (tmp_path / "opened").read_text() == "False"
+
+
+def test_a_metrics_collector_made_before_the_fork_reads_the_store_in_the_child(store_url: str, tmp_path: Path) -> None:
+    """Its reader thread does not survive a fork: without a new one, every scrape in the child says store down."""
+    ledger = Ledger.open(store_url)
+    registry = CollectorRegistry()
+    registry.register(StoreCollector(ledger.store))
+    assert registry.get_sample_value("safe_effects_store_up") == 1
+
+    def job() -> None:
+        (tmp_path / "up").write_text(str(registry.get_sample_value("safe_effects_store_up")))
+
+    assert exit_codes([fork(job)]) == [0]
+    assert float((tmp_path / "up").read_text()) == 1
     ledger.close()

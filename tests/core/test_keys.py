@@ -78,7 +78,8 @@ def test_build_takes_the_version_as_an_int_too() -> None:
 @pytest.mark.parametrize(
     ("version", "message"),
     [
-        (-1, "version=-1 must look like 'v1', 'v2', ... or be an int >= 0"),
+        (-1, "version must be an int from 0 to 999999999"),
+        pytest.param(10**5000, "version must be an int from 0 to 999999999", id="too-long-for-python-to-write"),
         (True, "version must be an int like 2 or a str like 'v2', got bool"),
         (2.0, "version must be an int like 2 or a str like 'v2', got float"),
     ],

@@ -318,21 +318,29 @@ class HeldOnTheWire(GenericFakeAdapter):
 
 
 @pytest.mark.parametrize(
-    ("late", "settled_by"),
-    [(None, "evidence:late_response"), (FakeFailure.LOST_AFTER_COMMIT, "lookup:search")],
-    ids=["late-confirmation", "late-timeout-after-acting"],
+    ("late", "settled_by", "creator_ahead"),
+    [
+        (None, "evidence:late_response", timedelta(0)),
+        (FakeFailure.LOST_AFTER_COMMIT, "lookup:search", timedelta(0)),
+        (None, "evidence:late_response", timedelta(minutes=10)),
+    ],
+    ids=["late-confirmation", "late-timeout-after-acting", "creator-clock-10-min-ahead"],
 )
 def test_a_late_answer_while_reopened_is_reconciled_not_resent(
-    open_ledger: OpenLedger, tmp_path: Path, late: FakeFailure | None, settled_by: str
+    open_ledger: OpenLedger, tmp_path: Path, late: FakeFailure | None, settled_by: str, creator_ahead: timedelta
 ) -> None:
     """No keys, lookups that prove absence: B reopens the intent while A's request is still on the wire; A's
     answer (a confirmation, or a timeout after the provider acted) then arrives as evidence. The caller's retry
-    must reconcile (from the evidence, or a fresh lookup that now finds it), not send a second message."""
+    must reconcile (from the evidence, or a fresh lookup that now finds it), not send a second message. Also when
+    the record was made by a process whose clock runs ahead: A's answer, stamped by A's clock, is then dated
+    before the record's creation, and still counts."""
     key = "welcome:user_1:email:v1"
     clock = FakeClock()
     fake = GenericFakeProvider(tmp_path / "fake.db", clock=clock, dedupe=False)
     adapter = HeldOnTheWire(fake, generic_contract(dedupe=False, lookup_proves_absence=True))
     worker_a, worker_b = open_ledger(clock=clock, retry=NO_WAIT), open_ledger(clock=clock, retry=NO_WAIT)
+    if creator_ahead:
+        open_ledger(clock=lambda: clock() + creator_ahead).prepare(adapter, CHARGE, intent_key=key)
     if late is not None:
         fake.fail_next(late)
     outcome: list[Receipt | LeaseLost] = []

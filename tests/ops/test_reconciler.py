@@ -20,6 +20,7 @@ import typer
 from safe_effects import (
     CrashPlan,
     CrashPoint,
+    EffectRecord,
     EffectRequest,
     EffectUnknown,
     InvalidInput,
@@ -29,6 +30,7 @@ from safe_effects import (
     LookupKind,
     LookupMethod,
     Reconciler,
+    RetryPolicy,
     SimulatedCrash,
 )
 from safe_effects.cli import _reconcile as reconcile_cli
@@ -223,6 +225,43 @@ def test_a_deferred_record_a_lost_worker_left_in_flight_is_taken_over_without_a_
     assert len(ops.fake.effects()) == 2  # both sent once by the lost workers; nothing sent again
 
 
+def test_a_deferred_record_another_process_moved_first_still_keeps_the_cursor_before_the_rest(ops: Ops) -> None:
+    """The provider's first deferred record was an abandoned in-flight one that a job's retry took over during
+    the sweep: moving its lease fails (contended), and the records deferred after it must not be passed over."""
+    clock = FakeClock(datetime.now(UTC))
+    ledger = Ledger(ops.ledger.store, clock=clock, retry=RetryPolicy(initial_wait=0.0, max_wait=0.05))
+    dying = Ledger(ops.ledger.store, clock=clock, crash_plan=CrashPlan.crash_at(CrashPoint.AFTER_RESPONSE))
+    keys = [f"invoice:r{n}:collect:v1" for n in range(3)]
+    for n, key in enumerate(keys):
+        clock.advance(timedelta(seconds=1))
+        request = EffectRequest(operation="charge", params={"n": n})
+        if n == 1:  # a worker died after the provider acted
+            with pytest.raises(SimulatedCrash):
+                dying.execute(ops.adapter, request, intent_key=key)
+            continue
+        ops.fake.fail_next(FakeFailure.LOST_BEFORE_COMMIT)  # never at the provider: lookups stay inconclusive
+        with pytest.raises(EffectUnknown):
+            ledger.execute(ops.adapter, request, intent_key=key)
+    clock.advance(timedelta(hours=1))  # r1's lease ran out
+
+    class JobRetriesDuringTheSweep(Reconciler):
+        def candidates(self, limit: int) -> list[EffectRecord]:
+            chosen = Reconciler.candidates(self, limit)
+            ledger.execute(ops.adapter, EffectRequest(operation="charge", params={"n": 1}), intent_key=keys[1])
+            return chosen
+
+    slow = paced(ops.adapter)
+    first = JobRetriesDuringTheSweep(ledger, {"fake": slow}, cursor_name="cron").run_once()
+    assert [(i.intent_key, i.outcome) for i in first.items] == [
+        (keys[0], "unknown"),
+        (keys[1], "contended"),
+        (keys[2], "deferred"),
+    ]
+    second = Reconciler(ledger, {"fake": slow}, cursor_name="cron").run_once()
+    assert (second.items[0].intent_key, second.items[0].outcome) == (keys[2], "unknown")  # its turn: not skipped
+    assert len(ops.fake.effects()) == 1  # r1's one charge, found by the job's retry
+
+
 def test_one_providers_backlog_does_not_hold_back_anothers(ops: Ops) -> None:
     """Each provider goes round robin on its own, up to ``limit`` records a sweep, the providers taking turns:
     a rate-limited provider's deferred backlog (or its paced lookups) does not hold back another's unknowns."""
@@ -248,6 +287,12 @@ def test_one_providers_backlog_does_not_hold_back_anothers(ops: Ops) -> None:
 def test_a_lookup_rate_that_would_switch_pacing_off_is_refused(rate: float) -> None:
     with pytest.raises(ValueError, match="rate_limit_per_minute"):
         LookupMethod(kind=LookupKind.SEARCH, description="6 a minute", rate_limit_per_minute=rate)
+
+
+def test_a_cursor_name_with_no_room_for_the_provider_is_refused_up_front(ops: Ops) -> None:
+    with pytest.raises(InvalidInput, match="at most 135 characters: each provider's cursor is stored as NAME/provider"):
+        Reconciler(ops.ledger, {"fake": ops.adapter}, cursor_name="n" * 136)
+    assert Reconciler(ops.ledger, {"fake": ops.adapter}, cursor_name="n" * 135).run_once().items == ()
 
 
 def test_records_without_an_adapter_are_skipped(ops: Ops) -> None:

@@ -38,15 +38,22 @@ def _check_part(name: str, value: object) -> str:
     return value
 
 
+_MAX_VERSION = 10**9  # versions count corrections of one action; a larger number is a mistake
+
+
 def _version_part(version: object) -> str:
     """``2`` or ``"v2"`` as the key's last part ``"v2"``: versions are counted, so an int is the natural bump."""
-    part = f"v{version}" if isinstance(version, int) and not isinstance(version, bool) else version
+    part = version
+    if isinstance(version, int) and not isinstance(version, bool):
+        if not 0 <= version < _MAX_VERSION:  # not printed: Python refuses to write an int of 4,300+ digits
+            raise InvalidIntentKey(f"intent key part version must be an int from 0 to {_MAX_VERSION - 1}")
+        part = f"v{version}"
     if not isinstance(part, str):
         raise InvalidIntentKey(
             f"intent key part version must be an int like 2 or a str like 'v2', got {type(version).__name__}"
         )
     if not _VERSION.fullmatch(part):
-        raise InvalidIntentKey(f"intent key part version={version!r} must look like 'v1', 'v2', ... or be an int >= 0")
+        raise InvalidIntentKey(f"intent key part version={version!r} must look like 'v1', 'v2', ... or be an int")
     return part
 
 

@@ -9,7 +9,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Collection, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import lru_cache
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -76,6 +76,16 @@ _EVIDENCE_ROUNDS = 5
 def _answered_alike(current: EffectRecord, to: EffectStatus, result_id: str | None) -> bool:
     """The intent is settled as a late worker's own answer said: the same state and provider id."""
     return to is not S.UNKNOWN and current.status is to and current.provider_result_id == result_id
+
+
+# how far the clocks of the processes that stamp evidence and audit rows may run behind the one that created a
+# record; a purged record's evidence is older than a record of its key made again by the purge floor (days)
+CLOCK_SKEW = timedelta(hours=1)
+
+
+def _since(at: datetime, record: EffectRecord) -> bool:
+    """Was ``at`` (an evidence's receipt, an audit row's write) in ``record``'s lifetime, not a purged one's?"""
+    return at >= record.created_at - CLOCK_SKEW
 
 
 def answers_latest(evidence: Evidence, record: EffectRecord) -> bool:
@@ -620,7 +630,7 @@ class Ledger:
         if contract.may_reopen_when_absent(record.first_dispatched_at, self.clock()):
             return None  # still inside the window (or a provider whose lookups are proof)
         trail = self.store.audit_trail(record.tenant, record.intent_key)  # a purged record's rows come first
-        if any(entry.to_status is S.UNKNOWN and entry.at >= record.created_at for entry in trail):
+        if any(entry.to_status is S.UNKNOWN and _since(entry.at, record) for entry in trail):
             return "reopened by a lookup, but the provider's key window closed before it was resent"
         return None
 
@@ -648,7 +658,7 @@ class Ledger:
         Evidence stays when a settled record is purged, and the key may be recorded again: what was received
         before this record was created is about the purged one."""
         recorded = self.store.evidence_for(record.tenant, record.intent_key)
-        return [e for e in recorded if e.provider == record.provider and e.received_at >= record.created_at]
+        return [e for e in recorded if e.provider == record.provider and _since(e.received_at, record)]
 
     def _claim(self, record: EffectRecord, *, reason: str = "claim") -> EffectRecord:
         now, tag = self.clock(), self._unsent.tag()
@@ -774,10 +784,12 @@ class Ledger:
                 record=unknown,
             ) from settled.error
         except (KeyboardInterrupt, SystemExit) as interrupted:  # a shutdown handler's exit, mid-request
-            # recorded unknown now, so a restarted worker reconciles at once instead of waiting out the lease;
-            # a ledger that cannot write leaves the lease to expire, as for a worker killed outright
+            # recorded unknown now, so a restarted worker reconciles at once instead of waiting out the lease:
+            # one write, no retries (the process is stopping), and a ledger that cannot take it leaves the lease
+            # to expire, as for a worker killed outright
+            changes = {**_NO_LEASE, "last_error_class": type(interrupted).__qualname__}
             with contextlib.suppress(Exception):
-                self._finish(record, S.UNKNOWN, Verdict.of(interrupted, Outcome.UNKNOWN, "interrupted"))
+                self._move(record, S.UNKNOWN, f"interrupted: {type(interrupted).__qualname__}", changes)
             raise
         self.crash_plan.hit(CrashPoint.AFTER_RESPONSE)
         try:
@@ -937,8 +949,10 @@ class Ledger:
                 intent_key=record.intent_key,
                 provider=record.provider,
                 source=LATE_RESPONSE,
-                # unique per intent and attempt: evidence ids are unique per (provider, source) only
-                event_id=f"{self.worker_id}:{record.tenant}:{record.intent_key}:{record.version}",
+                # unique per record and version: evidence ids are unique per (provider, source) only, and a key
+                # purged and recorded again restarts its versions
+                event_id=f"{self.worker_id}:{record.tenant}:{record.intent_key}:{record.version}"
+                f"@{record.created_at:%Y%m%dT%H%M%S.%f}",
                 kind=to.value,
                 verdict=verdict,
                 provider_result_id=result_id,

@@ -15,6 +15,7 @@ from typing import Any
 
 from ._clock import Clock, system_clock
 from ._errors import MissingDependency
+from ._fork import renew_in_children
 from ._states import UNSETTLED, EffectStatus
 from ._store import Store
 
@@ -59,6 +60,11 @@ class _Reader:
 
     def __init__(self, read: Callable[[], _Numbers]) -> None:
         self._read = read
+        self._renew_after_fork()
+        renew_in_children(self)
+
+    def _renew_after_fork(self) -> None:
+        """A thread of its own (a forked child has none of the parent's threads) and a lock no thread holds."""
         self._changed = threading.Condition()
         self._asked = self._answered = 0
         self._numbers: _Numbers | None = None

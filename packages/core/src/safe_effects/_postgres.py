@@ -602,7 +602,8 @@ class PostgresStore:
         own on one socket. Kept unclosed (psycopg does not end a session from a process that did not open it),
         and a pool of the child's own takes their place; its threads and the sweep's did not survive the fork."""
         keep_inherited(self._pool, self._sweep)
-        self._open_pool()
+        if not self._pool.closed:  # a store closed before the fork (a master that only migrated) stays closed
+            self._open_pool()
 
     def _open_pool(self) -> None:
         self._pool = self._new_pool()

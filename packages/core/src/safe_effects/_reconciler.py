@@ -17,13 +17,15 @@ from itertools import zip_longest
 from typing import Any
 
 from ._adapter import ProviderAdapter
-from ._errors import StaleRecord
+from ._errors import InvalidInput, StaleRecord
 from ._ledger import Ledger
 from ._rate import TokenBucket
 from ._records import EffectRecord
+from ._rows import MAX_CURSOR_NAME, check_cursor_name
 from ._states import TERMINAL, EffectStatus
 
 S = EffectStatus
+_MAX_CURSOR_PREFIX = MAX_CURSOR_NAME - 65  # room for "/" and a provider name of up to 64 characters
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +93,13 @@ class Reconciler:
     _cursors: dict[str, Position | None] = field(default_factory=dict, init=False)
     _starts: dict[str, Position | None] = field(default_factory=dict, init=False)  # where this sweep began
 
+    def __post_init__(self) -> None:
+        if self.cursor_name is not None and len(check_cursor_name(self.cursor_name)) > _MAX_CURSOR_PREFIX:
+            raise InvalidInput(
+                f"a reconciler cursor name must be at most {_MAX_CURSOR_PREFIX} characters: each provider's cursor "
+                f"is stored as NAME/provider, within {MAX_CURSOR_NAME}"
+            )
+
     def candidates(self, limit: int) -> list[EffectRecord]:
         """Per provider with records in doubt, up to ``limit`` unknown records and in-flight ones whose lease
         expired, least recently updated first, starting after that provider's previous sweep stopped and
@@ -151,10 +160,11 @@ class Reconciler:
             item = self._one(record, deferred)
             items.append(item)
             self.ledger.observer.on_event("reconcile_attempt", {"provider": item.provider, "outcome": item.outcome})
-            if item.outcome != "deferred":
-                looked_at[provider] = _position_of(record)
-            elif not was_deferred:  # its first deferred record: the next sweep starts at it
+            if provider in deferred and not was_deferred:  # its first deferred record: the next sweep starts
+                # at it (whatever became of moving its expired lease: another process may have got there first)
                 self._move_cursor(provider, looked_at.get(provider, self._starts[provider]))
+            elif item.outcome != "deferred":
+                looked_at[provider] = _position_of(record)
         self.ledger.observer.on_event("reconciler_run", {})
         return ReconcileReport(tuple(items))
 
