@@ -6,6 +6,7 @@ import copy
 import re
 from collections.abc import Callable
 from typing import Any
+from unittest import mock
 
 import pytest
 import python_http_client
@@ -187,6 +188,28 @@ def test_sg_client_stays_guarded_when_the_sdk_builds_a_new_one(
     with pytest.raises(MissingIntentKey):  # refused before any connection to the real host is opened
         sg.client.mail.send.post(request_body=mail().get())
     assert ledger.store.list_by_status(list(EffectStatus)) == []
+
+
+def test_the_sdk_behind_the_wrapper_is_guarded_from_the_start(
+    sg: SendGridAPIClient, fake: FakeSendGrid, ledger: Ledger, mail: Any
+) -> None:
+    """``sg.adapter.sdk`` is the SDK object itself: its ``send`` and its client must not send unguarded, even
+    before anyone has read ``sg.client``."""
+    with pytest.raises(MissingIntentKey):
+        sg.adapter.sdk.send(mail().get())
+    with pytest.raises(MissingIntentKey):
+        sg.adapter.sdk.client.mail.send.post(request_body=mail().get())
+    assert (fake.requests(), fake.effect_count()) == ([], 0)
+    assert ledger.store.list_by_status(list(EffectStatus)) == []
+
+
+def test_sg_client_can_be_stubbed_and_restored_as_on_the_plain_sdk(sg: SendGridAPIClient, fake: FakeSendGrid) -> None:
+    own = sg.client
+    with mock.patch.object(sg, "client", mock.Mock(name="stub")) as stub:
+        assert sg.client is stub
+    assert sg.client is own  # restored, and still guarded
+    assert sg.client.messages.get(query_params={"limit": 1}).status_code == 200
+    assert [(r.method, r.path) for r in fake.requests()] == [("GET", "/v3/messages")]
 
 
 @pytest.mark.parametrize("given", ["None", "a store URL", "the store"])

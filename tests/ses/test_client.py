@@ -305,6 +305,32 @@ def test_hooks_registered_on_the_wrapped_clients_meta_events_see_the_guarded_sen
     assert ledger.get(KEY).provider_result_id == answer["MessageId"] == sent["id"]
 
 
+def test_a_call_the_clients_parameter_hooks_make_valid_is_sent(
+    ses: Any, proxy: MotoFaultProxy, moto: str, ledger: Ledger, v1_email: dict[str, Any]
+) -> None:
+    """boto3's way to take a custom keyword off or fill in a default: botocore validates after these hooks, and
+    so must the wrapper's own check, or it refuses a call botocore would send."""
+    traced: list[object] = []
+
+    def default_sender(params: dict[str, Any], **_: Any) -> None:
+        params.setdefault("Source", v1_email["Source"])
+
+    def take_trace_id(params: dict[str, Any], **_: Any) -> None:
+        traced.append(params.pop("TraceId", None))
+
+    ses.meta.events.register("provide-client-params.ses.SendEmail", default_sender)
+    ses.meta.events.register("provide-client-params.ses.SendEmail", take_trace_id)
+    without_source = {key: value for key, value in v1_email.items() if key != "Source"}
+
+    answer = ses.send_email(IntentKey=KEY, TraceId="t-1", **without_source)
+
+    [sent] = moto_sent_messages(moto)
+    assert ledger.get(KEY).provider_result_id == answer["MessageId"] == sent["id"]
+    assert sent["source"] == v1_email["Source"]
+    assert traced[-1] == "t-1"  # the real send's hooks ran too
+    assert len(proxy.sends()) == 1
+
+
 @pytest.mark.parametrize("name", ["SES", "SESv2", "ses-v2", "email"])
 def test_a_service_name_boto3_does_not_know_is_refused_before_anything(
     wrapped: Any, raw_client: Any, proxy: MotoFaultProxy, ledger: Ledger, name: str
@@ -330,6 +356,10 @@ def test_a_ledger_argument_that_is_not_a_ledger_is_refused_when_the_client_is_ma
         match=rf"ses_safe.client needs ledger=Ledger.open\(store_url\).*, got {type(not_a_ledger).__name__}$",
     ):
         ses_safe.client(service, ledger=not_a_ledger, endpoint_url=proxy.url)  # type: ignore[call-overload]
+    made_directly = {"ses": ses_safe.SafeSESClient, "sesv2": ses_safe.SafeSESv2Client}[service]
+    wrapped = ses_safe.client(service, "us-east-1", ledger=ledger, endpoint_url=proxy.url, configuration_set="c")
+    with pytest.raises(InvalidInput, match=rf"ses_safe.{made_directly.__name__} needs ledger="):
+        made_directly(raw=None, adapter=wrapped.adapter, ledger=not_a_ledger, tenant="default", configuration_set="c")
     assert proxy.exchanges == []
     assert ledger.store.list_by_status(list(EffectStatus)) == []
 

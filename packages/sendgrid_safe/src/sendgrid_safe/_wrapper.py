@@ -20,7 +20,7 @@ from safe_effects import (
 from . import _rules
 from ._adapter import SendGridAdapter
 from ._client import LedgerResponse
-from ._guard import GuardedHTTPClient, guarded_client
+from ._guard import guarded_client
 
 
 class SendGridAPIClient:
@@ -44,6 +44,8 @@ class SendGridAPIClient:
         self.ledger = check_ledger(ledger, "sendgrid_safe.SendGridAPIClient")
         sdk = sendgrid.SendGridAPIClient(api_key=api_key, host=host, impersonate_subuser=impersonate_subuser)
         sdk.client.timeout = timeout  # the SDK default (None) would let a passthrough call hang forever
+        # at once: the SDK object is reachable (adapter.sdk) before anyone reads .client
+        self._own_client = guarded_client(sdk)
         self._sdk = sdk
         self.tenant = check_tenant(tenant)
         self.adapter = SendGridAdapter(sdk, timeout=timeout, activity_lookup=activity_lookup)
@@ -71,9 +73,20 @@ class SendGridAPIClient:
         return LedgerResponse(receipt.record.provider_result_id)
 
     @property
-    def client(self) -> GuardedHTTPClient:
+    def client(self) -> Any:
         """The SDK's ``client`` (reads, other endpoints), refusing a mail send that would bypass the ledger."""
         return guarded_client(self._sdk)
+
+    @client.setter
+    def client(self, value: Any) -> None:
+        """Set on the SDK, as on the plain client: an HTTP client is guarded, anything else (a test's stub) kept."""
+        self._sdk.client = value
+        guarded_client(self._sdk)
+
+    @client.deleter
+    def client(self) -> None:
+        """Back to the wrapper's own (``mock.patch.object(sg, "client", ...)`` deletes what it set, to restore)."""
+        self._sdk.client = self._own_client
 
     def reconcile(self, *, intent_key: IntentKey | str) -> EffectRecord:
         """Try to settle an unknown send from evidence or the Email Activity API; never resends."""

@@ -101,7 +101,7 @@ class _SafeClient:
     ) -> None:
         self._raw = raw  # the plain client with the caller's config: without_ledger only
         self._adapter = adapter
-        self._ledger = ledger
+        self._ledger = check_ledger(ledger, f"ses_safe.{type(self).__name__}")
         self._tenant = check_tenant(tenant)
         self._configuration_set = configuration_set
 

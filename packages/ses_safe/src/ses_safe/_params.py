@@ -8,10 +8,12 @@ never went), so the wrapper runs the same check first and calls it what it is: b
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
 from botocore.exceptions import ParamValidationError
+from botocore.hooks import first_non_none_response
 from botocore.validate import validate_parameters
 
 from safe_effects import InvalidInput
@@ -27,8 +29,24 @@ def check_params(client: Any, method: str, params: Mapping[str, Any]) -> None:
     operation = meta.service_model.operation_model(meta.method_to_api_mapping[method])
     try:
         validate_parameters(params, operation.input_shape)
-    except ParamValidationError as error:
-        raise InvalidInput(
-            f"{meta.service_model.service_name}.{method}: {error}; nothing was sent or recorded, so the corrected "
-            "call can use the same IntentKey"
-        ) from error
+    except ParamValidationError:
+        # botocore validates after the client's parameter hooks ran (boto3's way to take a custom keyword off, or
+        # fill in a default): judge what they make of a copy. Only here, so a valid call runs them once.
+        try:
+            validate_parameters(_as_hooks_leave(client, operation, copy.deepcopy(dict(params))), operation.input_shape)
+        except ParamValidationError as error:
+            raise InvalidInput(
+                f"{meta.service_model.service_name}.{method}: {error}; nothing was sent or recorded, so the "
+                "corrected call can use the same IntentKey"
+            ) from error
+
+
+def _as_hooks_leave(client: Any, operation: Any, params: dict[str, Any]) -> Any:
+    """``params`` after the events botocore emits before it validates (``BaseClient._emit_api_params``)."""
+    meta = client.meta
+    event = f"{meta.service_model.service_id.hyphenize()}.{operation.name}"
+    context = {"client_region": meta.region_name, "client_config": meta.config}
+    responses = meta.events.emit(f"provide-client-params.{event}", params=params, model=operation, context=context)
+    params = first_non_none_response(responses, default=params)
+    meta.events.emit(f"before-parameter-build.{event}", params=params, model=operation, context=context)
+    return params

@@ -72,17 +72,19 @@ def scope_options(scope: Mapping[str, str]) -> RequestOptions:
     return options
 
 
-# how far Stripe's clock may run behind the ledger's and an object made for a record still count as its own
-_CLOCK_SKEW_SECONDS = 300
+# how far Stripe's clock may run behind the ledger's and an object made for a record still count as its own;
+# an object of a purged record is older than the purge floor (120 days by default)
+_CLOCK_SKEW_SECONDS = 3600
 
 
-def _made_for(obj: Mapping[str, Any], record: EffectRecord) -> bool:
-    """Stamped for ``record``'s intent and made after it was: a settled record may be purged and its key
-    recorded again, and Stripe keeps (and finds) the objects made for the purged one."""
-    created = obj.get("created")
-    return matches_intent(obj, record.intent_key, record.tenant) and (
-        not isinstance(created, int) or created >= record.created_at.timestamp() - _CLOCK_SKEW_SECONDS
-    )
+def _stamped_for(objects: list[dict[str, Any]], record: EffectRecord) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The objects stamped for ``record``'s intent and made after it was, and what a miss should report: a settled
+    record may be purged and its key recorded again, and Stripe keeps (and finds) the purged one's objects."""
+    stamped = [o for o in objects if matches_intent(o, record.intent_key, record.tenant)]
+    since = record.created_at.timestamp() - _CLOCK_SKEW_SECONDS
+    mine = [o for o in stamped if not isinstance(o.get("created"), int) or o["created"] >= since]
+    older = [o["id"] for o in stamped if o not in mine]
+    return mine, {"hits": 0, "older_than_record": older} if older else {"hits": 0}
 
 
 def _found(obj: Mapping[str, Any], method: str, **detail: Any) -> LookupResult:
@@ -156,12 +158,10 @@ class StripeAdapter:
         query = search_query(record.intent_key, record.tenant)
         found = self._read(record, f"/v1/{resource}/search", {"query": query})["data"]
         # the query's ':' match is Stripe's to define (case, tokenising): only an exact stamp counts
-        hits = sorted(
-            (o for o in found if _made_for(o, record)),
-            key=lambda o: (o.get("created", 0), o["id"]),
-        )
+        mine, missed = _stamped_for(found, record)
+        hits = sorted(mine, key=lambda o: (o.get("created", 0), o["id"]))
         if not hits:
-            return LookupResult(LookupStatus.INCONCLUSIVE, "search", detail={"query": query, "hits": 0})
+            return LookupResult(LookupStatus.INCONCLUSIVE, "search", detail={"query": query, **missed})
         return _found(hits[0], "search", query=query, hits=[h["id"] for h in hits])
 
     def _list_refunds(self, record: EffectRecord) -> LookupResult:
@@ -170,9 +170,9 @@ class StripeAdapter:
         if parent is None:
             return LookupResult(LookupStatus.INCONCLUSIVE, "list", detail={"reason": "no parent id recorded"})
         listed = self._read(record, "/v1/refunds", {parent[0]: parent[1], "limit": 100})["data"]
-        hits = [r for r in listed if _made_for(r, record)]
+        hits, missed = _stamped_for(listed, record)
         if not hits:
-            return LookupResult(LookupStatus.INCONCLUSIVE, "list", detail={parent[0]: parent[1], "hits": 0})
+            return LookupResult(LookupStatus.INCONCLUSIVE, "list", detail={parent[0]: parent[1], **missed})
         return _found(hits[0], "list", hits=[h["id"] for h in hits])
 
     def _retrieve(self, record: EffectRecord, done: frozenset[str]) -> LookupResult:
