@@ -82,7 +82,7 @@ def worker_main(args: argparse.Namespace) -> int:
                 os.kill(os.getpid(), signal.SIGKILL)
 
     points = frozenset({CrashPoint.BEFORE_DISPATCH, CrashPoint.AFTER_RESPONSE, CrashPoint.DURING_RECEIPT_PERSIST})
-    crash = RandomCrashPlan(points, "sigkill", args.crash_rate)
+    crash = RandomCrashPlan(points, "sigkill", rate=args.crash_rate)
     ledger: Ledger | None = None
     deadline = time.monotonic() + 60
     while ledger is None:  # PostgreSQL may be restarting right now: wait for it, visibly

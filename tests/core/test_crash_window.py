@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from safe_effects import CrashPoint, EffectStatus, Ledger
+from safe_effects import CrashPlan, CrashPoint, EffectStatus, Ledger, SimulatedCrash
 from safe_effects.testing import GenericFakeProvider
 
 KEY = "order:ord_7:charge:v1"
@@ -95,3 +95,14 @@ def test_two_workers_on_one_key_dispatch_once(store_url: str, tmp_path: Path) ->
     assert sorted(bool(r["from_ledger"]) for r in results) == [False, True]
     assert len(fake.requests()) == 1
     assert len(fake.effects()) == 1
+
+
+def test_a_crash_plan_records_its_hits_itself_not_from_its_arguments() -> None:
+    """A plan subclass's own field comes right after ``action`` (the soak's random plan takes its rate so): the
+    record of hits is no constructor argument, where a third positional value once landed unnoticed."""
+    with pytest.raises(TypeError):
+        CrashPlan(frozenset({CrashPoint.BEFORE_DISPATCH}), "raise", set())  # type: ignore[call-arg]
+    plan = CrashPlan.crash_at(CrashPoint.BEFORE_DISPATCH)
+    with pytest.raises(SimulatedCrash):
+        plan.hit(CrashPoint.BEFORE_DISPATCH)
+    assert plan.fired == {CrashPoint.BEFORE_DISPATCH}

@@ -42,7 +42,7 @@ class CrashPlan:
 
     at: frozenset[CrashPoint] = frozenset()
     action: CrashAction = "raise"
-    _hits: set[CrashPoint] = field(default_factory=set, compare=False, repr=False)
+    _hits: set[CrashPoint] = field(default_factory=set, init=False, compare=False, repr=False)
 
     @classmethod
     def crash_at(cls, *points: CrashPoint | str, action: CrashAction = "raise") -> CrashPlan:
