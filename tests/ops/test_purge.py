@@ -237,6 +237,33 @@ def test_a_purged_records_refusal_does_not_decide_the_key_recorded_again(ops: Op
     assert [e.result_id for e in ops.fake.effects()] == [receipt.provider_result_id]  # today's, once
 
 
+def test_an_event_about_the_purged_record_that_came_just_before_the_key_was_recorded_again_decides_nothing(
+    ops: Ops,
+) -> None:
+    """A provider retries a webhook for days: a refusal of the purged send may arrive after the purge, minutes
+    before the key is recorded again. Received before the new record was created, it is not about it."""
+    purged_after(ops, EvidenceVerdict.REJECTS, FakeFailure.LOST_BEFORE_COMMIT)
+    retried = Evidence(
+        tenant="default",
+        intent_key=KEY,
+        provider="fake",
+        source="ses_event",
+        event_id="evt-old-retried",
+        kind="rejects",
+        verdict=EvidenceVerdict.REJECTS,
+        received_at=datetime.now(UTC) - timedelta(minutes=30),
+    )
+    assert ops.ledger.record_evidence(retried)  # kept; no record of the key exists now
+    ops.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
+    with pytest.raises(EffectUnknown):
+        ops.ledger.execute(ops.adapter, SENT, intent_key=KEY)
+    receipt = ops.ledger.execute(ops.adapter, SENT, intent_key=KEY)
+    assert receipt.record.status is S.CONFIRMED
+    assert receipt.record.resolution is not None
+    assert receipt.record.resolution.method == "key_replay"
+    assert [e.result_id for e in ops.fake.effects()] == [receipt.provider_result_id]
+
+
 def test_a_purged_records_confirmation_does_not_stop_rejecting_the_key_recorded_again(ops: Ops) -> None:
     """The old send was delivered (an event said so) and purged; today's send never reached the provider. An
     operator who checked rejects it: the old delivery is not evidence against that."""

@@ -295,6 +295,22 @@ def test_a_cursor_name_with_no_room_for_the_provider_is_refused_up_front(ops: Op
     assert Reconciler(ops.ledger, {"fake": ops.adapter}, cursor_name="n" * 135).run_once().items == ()
 
 
+def test_long_provider_names_fit_the_stored_cursor_names(ops: Ops) -> None:
+    """A provider's name longer than its part of a cursor name is shortened, and so is a default name listing
+    many: neither may make every sweep fail on the store's limit."""
+    long = replace(ops.adapter, provider="acme-payments-" + "x" * 60)
+    ops.fake.fail_next(FakeFailure.LOST_BEFORE_COMMIT)
+    with pytest.raises(EffectUnknown):
+        ops.ledger.execute(long, EffectRequest(operation="charge", params={}), intent_key="invoice:1:collect:v1")
+    report = Reconciler(ops.ledger, {long.provider: long}, cursor_name="n" * 135).run_once()
+    assert report.counts() == {"unknown": 1}
+    many = {f"{'p' * 40}{n}": ops.adapter for n in range(4)}
+    name = reconcile_cli._default_cursor(many)
+    assert name == reconcile_cli._default_cursor(dict(reversed(many.items())))  # one name per set
+    assert len(name) <= 135
+    assert Reconciler(ops.ledger, many, cursor_name=name).run_once().counts() == {"skipped": 1}
+
+
 def test_records_without_an_adapter_are_skipped(ops: Ops) -> None:
     ops.unknown("invoice:a:collect:v1")
     report = Reconciler(ops.ledger, {}).run_once()

@@ -181,10 +181,13 @@ def test_a_mail_send_through_sg_client_is_refused_before_anything_is_sent(
 def test_sg_client_stays_guarded_when_the_sdk_builds_a_new_one(
     sg: SendGridAPIClient, ledger: Ledger, mail: Any
 ) -> None:
-    """``set_sendgrid_data_residency`` replaces the SDK's client: the next ``sg.client`` is guarded again."""
-    guarded = type(sg.client)
+    """``set_sendgrid_data_residency`` replaces the SDK's client: the new one is guarded at once (the SDK object
+    itself, ``sg.adapter.sdk``, could send with it) and keeps the wrapper's timeout."""
+    guarded, timeout = type(sg.client), sg.client.timeout
     sg.set_sendgrid_data_residency("eu")
-    assert (type(sg.client), sg.client.host) == (guarded, "https://api.eu.sendgrid.com")  # before any network
+    fresh = sg.adapter.sdk.client
+    assert (type(fresh), fresh.host, fresh.timeout) == (guarded, "https://api.eu.sendgrid.com", timeout)
+    assert sg.client is fresh
     with pytest.raises(MissingIntentKey):  # refused before any connection to the real host is opened
         sg.client.mail.send.post(request_body=mail().get())
     assert ledger.store.list_by_status(list(EffectStatus)) == []

@@ -183,6 +183,20 @@ def _int_body(email: dict[str, Any]) -> None:
 Slip = Callable[[dict[str, Any]], None]
 
 
+class Stream:
+    """A file-like message body, which botocore takes for a blob and no copy can take (an open file's kind)."""
+
+    def read(self, size: int = -1) -> bytes:
+        return RAW
+
+    def __deepcopy__(self, memo: object) -> Stream:
+        raise TypeError("cannot pickle 'Stream' object")
+
+
+def _streamed_to_a_str(email: dict[str, Any]) -> None:
+    email.update(RawMessage={"Data": Stream()}, Destinations="customer@example.com")
+
+
 @pytest.mark.parametrize(
     ("service", "method", "slip", "problem"),
     [
@@ -196,6 +210,7 @@ Slip = Callable[[dict[str, Any]], None]
             'Missing required parameter in Message: "Body"',
         ),
         ("ses", "send_raw_email", lambda email: email.update(RawMessage={"Bytes": RAW}), 'in RawMessage: "Bytes"'),
+        ("ses", "send_raw_email", _streamed_to_a_str, "Invalid type for parameter Destinations"),
         ("ses", "send_templated_email", lambda email: email.update(TemplateData={}), "parameter TemplateData,"),
     ],
 )

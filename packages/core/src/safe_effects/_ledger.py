@@ -78,14 +78,28 @@ def _answered_alike(current: EffectRecord, to: EffectStatus, result_id: str | No
     return to is not S.UNKNOWN and current.status is to and current.provider_result_id == result_id
 
 
-# how far the clocks of the processes that stamp evidence and audit rows may run behind the one that created a
-# record; a purged record's evidence is older than a record of its key made again by the purge floor (days)
+# how far the clocks of the processes that write audit rows may run behind the one that created a record; a
+# purged record's audit rows are older than the purge floor (days), as its last write is what the floor measures
 CLOCK_SKEW = timedelta(hours=1)
 
 
-def _since(at: datetime, record: EffectRecord) -> bool:
-    """Was ``at`` (an evidence's receipt, an audit row's write) in ``record``'s lifetime, not a purged one's?"""
+def _written_since(at: datetime, record: EffectRecord) -> bool:
+    """Was an audit row written at ``at`` about ``record``, not about a purged record of its key?"""
     return at >= record.created_at - CLOCK_SKEW
+
+
+def _about(evidence: Evidence, record: EffectRecord) -> bool:
+    """Is ``evidence`` about ``record``, not about a purged record of its key?
+
+    A late answer names the record it answers (its creation time), whatever the clocks say. A provider's event
+    can arrive any time, a purged record's too (a webhook retried for days), so only one received after this
+    record was created counts; a host clock behind the creator's may make a real one wait for a lookup, never
+    let an old one decide.
+    """
+    answered = evidence.detail.get("record_created_at") if evidence.source == LATE_RESPONSE else None
+    if isinstance(answered, str):
+        return answered == record.created_at.isoformat()
+    return evidence.received_at >= record.created_at
 
 
 def answers_latest(evidence: Evidence, record: EffectRecord) -> bool:
@@ -630,7 +644,7 @@ class Ledger:
         if contract.may_reopen_when_absent(record.first_dispatched_at, self.clock()):
             return None  # still inside the window (or a provider whose lookups are proof)
         trail = self.store.audit_trail(record.tenant, record.intent_key)  # a purged record's rows come first
-        if any(entry.to_status is S.UNKNOWN and _since(entry.at, record) for entry in trail):
+        if any(entry.to_status is S.UNKNOWN and _written_since(entry.at, record) for entry in trail):
             return "reopened by a lookup, but the provider's key window closed before it was resent"
         return None
 
@@ -658,7 +672,7 @@ class Ledger:
         Evidence stays when a settled record is purged, and the key may be recorded again: what was received
         before this record was created is about the purged one."""
         recorded = self.store.evidence_for(record.tenant, record.intent_key)
-        return [e for e in recorded if e.provider == record.provider and _since(e.received_at, record)]
+        return [e for e in recorded if e.provider == record.provider and _about(e, record)]
 
     def _claim(self, record: EffectRecord, *, reason: str = "claim") -> EffectRecord:
         now, tag = self.clock(), self._unsent.tag()
@@ -787,9 +801,10 @@ class Ledger:
             # recorded unknown now, so a restarted worker reconciles at once instead of waiting out the lease:
             # one write, no retries (the process is stopping), and a ledger that cannot take it leaves the lease
             # to expire, as for a worker killed outright
-            changes = {**_NO_LEASE, "last_error_class": type(interrupted).__qualname__}
+            kind = type(interrupted).__qualname__
+            changes = {**_NO_LEASE, "last_error_class": kind, "last_error_code": "interrupted"}
             with contextlib.suppress(Exception):
-                self._move(record, S.UNKNOWN, f"interrupted: {type(interrupted).__qualname__}", changes)
+                self._move(record, S.UNKNOWN, f"interrupted: {kind}", changes)
             raise
         self.crash_plan.hit(CrashPoint.AFTER_RESPONSE)
         try:
@@ -958,7 +973,11 @@ class Ledger:
                 provider_result_id=result_id,
                 received_at=self.clock(),
                 # the attempt it answers: a refusal of it says nothing about a later attempt (see answers_latest)
-                detail={"worker": self.worker_id, "attempt": record.attempt_count},
+                detail={
+                    "worker": self.worker_id,
+                    "attempt": record.attempt_count,
+                    "record_created_at": record.created_at.isoformat(),  # the record it answers (see _about)
+                },
             )
         )
         current = self.get(record.intent_key, tenant=record.tenant)

@@ -8,6 +8,7 @@ by the contract's ``rate_limit_per_minute``, per process.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -25,7 +26,8 @@ from ._rows import MAX_CURSOR_NAME, check_cursor_name
 from ._states import TERMINAL, EffectStatus
 
 S = EffectStatus
-_MAX_CURSOR_PREFIX = MAX_CURSOR_NAME - 65  # room for "/" and a provider name of up to 64 characters
+_PROVIDER_PART = 64  # characters of a provider's name in its stored cursor's name (a longer one is hashed)
+MAX_CURSOR_PREFIX = MAX_CURSOR_NAME - _PROVIDER_PART - 1  # room for "/" and the provider part
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,9 +96,9 @@ class Reconciler:
     _starts: dict[str, Position | None] = field(default_factory=dict, init=False)  # where this sweep began
 
     def __post_init__(self) -> None:
-        if self.cursor_name is not None and len(check_cursor_name(self.cursor_name)) > _MAX_CURSOR_PREFIX:
+        if self.cursor_name is not None and len(check_cursor_name(self.cursor_name)) > MAX_CURSOR_PREFIX:
             raise InvalidInput(
-                f"a reconciler cursor name must be at most {_MAX_CURSOR_PREFIX} characters: each provider's cursor "
+                f"a reconciler cursor name must be at most {MAX_CURSOR_PREFIX} characters: each provider's cursor "
                 f"is stored as NAME/provider, within {MAX_CURSOR_NAME}"
             )
 
@@ -117,12 +119,18 @@ class Reconciler:
     def _position(self, provider: str) -> Position | None:
         if self.cursor_name is None:
             return self._cursors.get(provider)
-        return self.ledger.store.reconciler_cursor(f"{self.cursor_name}/{provider}")
+        return self.ledger.store.reconciler_cursor(self._stored_name(provider))
 
     def _move_cursor(self, provider: str, position: Position | None) -> None:
         self._cursors[provider] = position
         if self.cursor_name is not None:
-            self.ledger.store.save_reconciler_cursor(f"{self.cursor_name}/{provider}", position)
+            self.ledger.store.save_reconciler_cursor(self._stored_name(provider), position)
+
+    def _stored_name(self, provider: str) -> str:
+        """``NAME/provider``; a provider name too long for the store's limit is shortened, told apart by a hash."""
+        if len(provider) > _PROVIDER_PART:
+            provider = f"{provider[:40]}~{hashlib.sha256(provider.encode()).hexdigest()[:16]}"
+        return f"{self.cursor_name}/{provider}"
 
     def _walk(self, provider: str, start: Position | None, limit: int) -> tuple[list[EffectRecord], Position | None]:
         """``provider``'s candidates after ``start`` (wrapping around once), and where its next sweep starts."""

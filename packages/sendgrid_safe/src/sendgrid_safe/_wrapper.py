@@ -44,9 +44,9 @@ class SendGridAPIClient:
         self.ledger = check_ledger(ledger, "sendgrid_safe.SendGridAPIClient")
         sdk = sendgrid.SendGridAPIClient(api_key=api_key, host=host, impersonate_subuser=impersonate_subuser)
         sdk.client.timeout = timeout  # the SDK default (None) would let a passthrough call hang forever
-        # at once: the SDK object is reachable (adapter.sdk) before anyone reads .client
-        self._own_client = guarded_client(sdk)
-        self._sdk = sdk
+        guarded_client(sdk)  # at once: the SDK object is reachable (adapter.sdk) before anyone reads .client
+        self._sdk, self._timeout = sdk, timeout
+        self._replaced: list[Any] = []  # clients set over the SDK's, newest last: a delete restores the one before
         self.tenant = check_tenant(tenant)
         self.adapter = SendGridAdapter(sdk, timeout=timeout, activity_lookup=activity_lookup)
 
@@ -80,13 +80,22 @@ class SendGridAPIClient:
     @client.setter
     def client(self, value: Any) -> None:
         """Set on the SDK, as on the plain client: an HTTP client is guarded, anything else (a test's stub) kept."""
+        self._replaced.append(self._sdk.client)
         self._sdk.client = value
         guarded_client(self._sdk)
 
     @client.deleter
     def client(self) -> None:
-        """Back to the wrapper's own (``mock.patch.object(sg, "client", ...)`` deletes what it set, to restore)."""
-        self._sdk.client = self._own_client
+        """Back to the client before the last set (``mock.patch.object(sg, "client", ...)`` deletes what it set)."""
+        if self._replaced:
+            self._sdk.client = self._replaced.pop()
+
+    def set_sendgrid_data_residency(self, region: str) -> None:
+        """The SDK's own (a new client for the region's host), then that client guarded and given this wrapper's
+        timeout, as at construction: the SDK object is reachable, and would otherwise send mail unguarded."""
+        self._sdk.set_sendgrid_data_residency(region)
+        self._sdk.client.timeout = self._timeout
+        guarded_client(self._sdk)
 
     def reconcile(self, *, intent_key: IntentKey | str) -> EffectRecord:
         """Try to settle an unknown send from evidence or the Email Activity API; never resends."""

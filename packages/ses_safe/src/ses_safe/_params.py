@@ -29,16 +29,30 @@ def check_params(client: Any, method: str, params: Mapping[str, Any]) -> None:
     operation = meta.service_model.operation_model(meta.method_to_api_mapping[method])
     try:
         validate_parameters(params, operation.input_shape)
-    except ParamValidationError:
-        # botocore validates after the client's parameter hooks ran (boto3's way to take a custom keyword off, or
-        # fill in a default): judge what they make of a copy. Only here, so a valid call runs them once.
-        try:
-            validate_parameters(_as_hooks_leave(client, operation, copy.deepcopy(dict(params))), operation.input_shape)
-        except ParamValidationError as error:
+    except ParamValidationError as refused:
+        error = _still_refused(client, operation, params, refused)
+        if error is not None:
             raise InvalidInput(
                 f"{meta.service_model.service_name}.{method}: {error}; nothing was sent or recorded, so the "
                 "corrected call can use the same IntentKey"
             ) from error
+
+
+def _still_refused(
+    client: Any, operation: Any, params: Mapping[str, Any], refused: ParamValidationError
+) -> ParamValidationError | None:
+    """What botocore would refuse, or None: it validates after the client's parameter hooks ran (boto3's way to
+    take a custom keyword off, or fill in a default), so judge what they make of a copy. Only for a call that
+    fails as written, so a valid call runs them once."""
+    try:
+        hooked = _as_hooks_leave(client, operation, copy.deepcopy(dict(params)))
+    except Exception:  # params no copy can take (an open file), or a hook that fails on a copy: as written
+        return refused
+    try:
+        validate_parameters(hooked, operation.input_shape)
+    except ParamValidationError as error:
+        return error
+    return None
 
 
 def _as_hooks_leave(client: Any, operation: Any, params: dict[str, Any]) -> Any:

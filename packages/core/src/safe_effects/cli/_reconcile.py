@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import time
@@ -15,7 +16,7 @@ import typer
 from safe_effects._adapter_registry import load_adapters
 from safe_effects._errors import InvalidInput, MissingDependency
 from safe_effects._metrics import PrometheusObserver, serve
-from safe_effects._reconciler import Reconciler, ReconcileReport
+from safe_effects._reconciler import MAX_CURSOR_PREFIX, Reconciler, ReconcileReport
 
 from ._common import (
     DEBUG_ENV,
@@ -32,6 +33,8 @@ from ._common import (
     say,
     table,
 )
+
+_SPELLED_OUT = MAX_CURSOR_PREFIX - len("reconcile:")  # providers' names listed in a default cursor name, at most
 
 
 def _show(report: ReconcileReport, as_json: bool) -> None:
@@ -98,8 +101,12 @@ def reconcile(
 
 def _default_cursor(adapters: Mapping[str, object]) -> str:
     """One cursor per set of providers: a reconciler that skips another's records (no adapter for them)
-    must not move that one's position past records only the other can look up."""
-    return "reconcile:" + ",".join(sorted(adapters))
+    must not move that one's position past records only the other can look up. A set too long to spell out
+    within the cursor name's limit is named by its hash."""
+    providers = ",".join(sorted(adapters))
+    if len(providers) > _SPELLED_OUT:
+        providers = hashlib.sha256(providers.encode()).hexdigest()[:16]
+    return f"reconcile:{providers}"
 
 
 def _sweep(reconciler: Reconciler, limit: int, as_json: bool) -> None:
