@@ -197,6 +197,12 @@ KEY = "order:o_77:confirm_email:v1"
 SENT = EffectRequest(operation="charge", params={"to": "cust_77"})
 
 
+def ses_event(event_id: str, verdict: EvidenceVerdict, received_at: datetime) -> Evidence:
+    """An event about KEY, as the SES event poller records one."""
+    fields = {"tenant": "default", "intent_key": KEY, "provider": "fake", "source": "ses_event"}
+    return Evidence(**fields, event_id=event_id, kind=verdict.value, verdict=verdict, received_at=received_at)
+
+
 def purged_after(ops: Ops, verdict: EvidenceVerdict, failure: FakeFailure | None) -> FakeClock:
     """Send SENT under KEY 200 days ago, record an event about it, settle it, and purge it."""
     clock = FakeClock(datetime.now(UTC) - timedelta(days=200))
@@ -205,17 +211,7 @@ def purged_after(ops: Ops, verdict: EvidenceVerdict, failure: FakeFailure | None
         ops.fake.fail_next(failure)
     with contextlib.suppress(EffectOutcome):
         old.execute(ops.adapter, SENT, intent_key=KEY)
-    event = Evidence(
-        tenant="default",
-        intent_key=KEY,
-        provider="fake",
-        source="ses_event",
-        event_id=f"evt-old-{verdict.value}",
-        kind=verdict.value,
-        verdict=verdict,
-        received_at=clock(),
-    )
-    old.record_evidence(event)
+    old.record_evidence(ses_event(f"evt-old-{verdict.value}", verdict, clock()))
     assert old.get(KEY).status in TERMINAL
     assert ops.cli_json("purge", "--older-than", "180")["deleted"] == 1
     return clock
@@ -243,16 +239,7 @@ def test_an_event_about_the_purged_record_that_came_just_before_the_key_was_reco
     """A provider retries a webhook for days: a refusal of the purged send may arrive after the purge, minutes
     before the key is recorded again. Received before the new record was created, it is not about it."""
     purged_after(ops, EvidenceVerdict.REJECTS, FakeFailure.LOST_BEFORE_COMMIT)
-    retried = Evidence(
-        tenant="default",
-        intent_key=KEY,
-        provider="fake",
-        source="ses_event",
-        event_id="evt-old-retried",
-        kind="rejects",
-        verdict=EvidenceVerdict.REJECTS,
-        received_at=datetime.now(UTC) - timedelta(minutes=30),
-    )
+    retried = ses_event("evt-old-retried", EvidenceVerdict.REJECTS, datetime.now(UTC) - timedelta(minutes=30))
     assert ops.ledger.record_evidence(retried)  # kept; no record of the key exists now
     ops.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
     with pytest.raises(EffectUnknown):
