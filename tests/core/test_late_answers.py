@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, timedelta, timezone, tzinfo
 from pathlib import Path
 
 import pytest
@@ -318,27 +318,34 @@ class HeldOnTheWire(GenericFakeAdapter):
 
 
 @pytest.mark.parametrize(
-    ("late", "settled_by", "creator_ahead"),
+    ("late", "settled_by", "creator_ahead", "a_zone"),
     [
-        (None, "evidence:late_response", timedelta(0)),
-        (FakeFailure.LOST_AFTER_COMMIT, "lookup:search", timedelta(0)),
-        (None, "evidence:late_response", timedelta(minutes=10)),
+        (None, "evidence:late_response", timedelta(0), UTC),
+        (FakeFailure.LOST_AFTER_COMMIT, "lookup:search", timedelta(0), UTC),
+        (None, "evidence:late_response", timedelta(minutes=10), UTC),
+        (None, "evidence:late_response", timedelta(0), timezone(timedelta(hours=-5))),
     ],
-    ids=["late-confirmation", "late-timeout-after-acting", "creator-clock-10-min-ahead"],
+    ids=["late-confirmation", "late-timeout-after-acting", "creator-clock-10-min-ahead", "a-clock-in-utc-5"],
 )
 def test_a_late_answer_while_reopened_is_reconciled_not_resent(
-    open_ledger: OpenLedger, tmp_path: Path, late: FakeFailure | None, settled_by: str, creator_ahead: timedelta
+    open_ledger: OpenLedger,
+    tmp_path: Path,
+    late: FakeFailure | None,
+    settled_by: str,
+    creator_ahead: timedelta,
+    a_zone: tzinfo,
 ) -> None:
     """No keys, lookups that prove absence: B reopens the intent while A's request is still on the wire; A's
     answer (a confirmation, or a timeout after the provider acted) then arrives as evidence. The caller's retry
     must reconcile (from the evidence, or a fresh lookup that now finds it), not send a second message. Also when
     the record was made by a process whose clock runs ahead: A's answer, stamped by A's clock, is then dated
-    before the record's creation, and still counts."""
+    before the record's creation, and still counts; and when A's clock tells the same instants in another zone."""
     key = "welcome:user_1:email:v1"
     clock = FakeClock()
     fake = GenericFakeProvider(tmp_path / "fake.db", clock=clock, dedupe=False)
     adapter = HeldOnTheWire(fake, generic_contract(dedupe=False, lookup_proves_absence=True))
-    worker_a, worker_b = open_ledger(clock=clock, retry=NO_WAIT), open_ledger(clock=clock, retry=NO_WAIT)
+    worker_a = open_ledger(clock=lambda: clock().astimezone(a_zone), retry=NO_WAIT)
+    worker_b = open_ledger(clock=clock, retry=NO_WAIT)
     if creator_ahead:
         open_ledger(clock=lambda: clock() + creator_ahead).prepare(adapter, CHARGE, intent_key=key)
     if late is not None:

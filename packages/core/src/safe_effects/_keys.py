@@ -38,7 +38,7 @@ def _check_part(name: str, value: object) -> str:
     return value
 
 
-_MAX_VERSION = 2**63  # an int the text of a key can carry (Python will not write one of 4,300+ digits)
+_MAX_VERSION = 2**63  # plenty for counted versions, and far within what Python writes as text (4,300 digits)
 
 
 def _version_part(version: object) -> str:

@@ -98,8 +98,15 @@ def _about(evidence: Evidence, record: EffectRecord) -> bool:
     """
     answered = evidence.detail.get("record_created_at") if evidence.source == LATE_RESPONSE else None
     if isinstance(answered, str):
-        return answered == record.created_at.isoformat()
+        return _instant(answered) == record.created_at  # the same instant, in whatever zone the worker's clock
     return evidence.received_at >= record.created_at
+
+
+def _instant(text: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return None
 
 
 def answers_latest(evidence: Evidence, record: EffectRecord) -> bool:
