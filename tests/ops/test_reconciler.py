@@ -262,6 +262,29 @@ def test_a_deferred_record_another_process_moved_first_still_keeps_the_cursor_be
     assert len(ops.fake.effects()) == 1  # r1's one charge, found by the job's retry
 
 
+def test_an_abandoned_lease_behind_a_backlog_is_taken_over_in_the_first_sweep(ops: Ops) -> None:
+    """The round robin reaches a record behind a rate-limited backlog many sweeps later; turning its expired
+    lease unknown needs no lookup, so each sweep does it for every such record of the providers it serves."""
+    clock = FakeClock(datetime.now(UTC))
+    ledger = Ledger(ops.ledger.store, clock=clock, retry=RetryPolicy(initial_wait=0.0, max_wait=0.05))
+    for n in range(2):  # a backlog of records no lookup settles
+        ops.fake.fail_next(FakeFailure.LOST_BEFORE_COMMIT)
+        with pytest.raises(EffectUnknown):
+            ledger.execute(ops.adapter, EffectRequest(operation="charge", params={"n": n}), intent_key=f"b:{n}:x:v1")
+    clock.advance(timedelta(seconds=1))
+    dying = Ledger(ops.ledger.store, clock=clock, crash_plan=CrashPlan.crash_at(CrashPoint.AFTER_RESPONSE))
+    with pytest.raises(SimulatedCrash):
+        dying.execute(ops.adapter, EffectRequest(operation="charge", params={}), intent_key="invoice:lost:collect:v1")
+    clock.advance(timedelta(hours=1))
+
+    report = Reconciler(ledger, {"fake": paced(ops.adapter)}).run_once(limit=1)
+
+    assert [(i.intent_key, i.outcome) for i in report.items] == [("b:0:x:v1", "unknown")]
+    lost = ops.ledger.get("invoice:lost:collect:v1")
+    assert (lost.status, lost.lease_owner, lost.last_error_class) == ("unknown", None, "LeaseExpired")
+    assert len(ops.fake.effects()) == 1  # the lost worker's charge, not sent again
+
+
 def test_one_providers_backlog_does_not_hold_back_anothers(ops: Ops) -> None:
     """Each provider goes round robin on its own, up to ``limit`` records a sweep, the providers taking turns:
     a rate-limited provider's deferred backlog (or its paced lookups) does not hold back another's unknowns."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -12,6 +13,8 @@ import pytest
 from safe_effects import (
     ApprovalState,
     EffectStatus,
+    Evidence,
+    EvidenceVerdict,
     InvalidInput,
     Ledger,
     Operator,
@@ -385,5 +388,26 @@ def test_a_ledger_serving_other_tenants_neither_decides_nor_lists_nor_sweeps_thi
     [waiting] = Operator(ops.ledger).pending()
     assert (waiting.tenant, waiting.state, waiting.decided_by) == ("default", ApprovalState.PENDING, None)
     assert Reconciler(acme, {"fake": ops.adapter}).run_once().items == ()  # not an error on every sweep
+    assert ops.ledger.get(KEY) == record
+    assert len(ops.fake.effects()) == 1
+
+
+def test_a_providers_event_stamped_by_a_lagging_clock_still_stops_a_contradicting_resolution(ops: Ops) -> None:
+    """The webhook host's clock runs 5 s behind the worker's: its delivery event looks older than the record.
+    The ledger does not settle by it (it could be about a purged record of the key), but an operator's
+    rejection it contradicts is refused: refusing is safe either way."""
+    record = ops.unknown(KEY)
+    delivered = Evidence(
+        **{"tenant": "default", "intent_key": KEY, "provider": "fake", "source": "webhook"},
+        event_id="evt-1",
+        kind="delivered",
+        verdict=EvidenceVerdict.CONFIRMS,
+        received_at=record.created_at - timedelta(seconds=5),
+    )
+    assert ops.ledger.record_evidence(delivered)
+    assert ops.ledger.get(KEY).status is EffectStatus.UNKNOWN
+    refused = resolve(ops, "--as", "rejected", version=record.version)
+    assert refused.exit_code == 1
+    assert "webhook event 'evt-1' (delivered) says the provider confirms" in refused.stderr
     assert ops.ledger.get(KEY) == record
     assert len(ops.fake.effects()) == 1

@@ -20,12 +20,13 @@ from typing import Protocol
 
 class Renewable(Protocol):
     def _renew_after_fork(self) -> None:
-        """In a forked child: drop (never close) what the parent's copy holds, and start afresh."""
+        """In a forked child: let go of what the parent's copy holds without disturbing the parent, and start
+        afresh (each class says how: SQLite closes its inherited connections, PostgreSQL keeps its sessions)."""
         ...
 
 
 _live: weakref.WeakSet[Renewable] = weakref.WeakSet()
-_inherited: list[object] = []  # the parent's connections, kept so that nothing here ever closes them
+_inherited: list[object] = []  # the parent's PostgreSQL pools, kept so that nothing here ever closes them
 
 
 def renew_in_children(holder: Renewable) -> None:

@@ -78,8 +78,9 @@ def _answered_alike(current: EffectRecord, to: EffectStatus, result_id: str | No
     return to is not S.UNKNOWN and current.status is to and current.provider_result_id == result_id
 
 
-# how far the clocks of the processes that write audit rows may run behind the one that created a record; a
-# purged record's audit rows are older than the purge floor (days), as its last write is what the floor measures
+# how far the clocks of the processes that write audit rows (or stamp events an operator's resolution must not
+# contradict) may run behind the one that created a record; a purged record's audit rows are older than the
+# purge floor (days), as its last write is what the floor measures
 CLOCK_SKEW = timedelta(hours=1)
 
 
@@ -88,18 +89,19 @@ def _written_since(at: datetime, record: EffectRecord) -> bool:
     return at >= record.created_at - CLOCK_SKEW
 
 
-def _about(evidence: Evidence, record: EffectRecord) -> bool:
+def _about(evidence: Evidence, record: EffectRecord, allowance: timedelta) -> bool:
     """Is ``evidence`` about ``record``, not about a purged record of its key?
 
     A late answer names the record it answers (its creation time), whatever the clocks say. A provider's event
-    can arrive any time, a purged record's too (a webhook retried for days), so only one received after this
-    record was created counts; a host clock behind the creator's may make a real one wait for a lookup, never
-    let an old one decide.
+    can arrive any time, a purged record's too (a webhook retried for days), so for what the ledger decides by
+    itself only one received after this record was created counts: a host clock behind the creator's leaves a
+    real one to a lookup or a person, never lets an old one decide. ``allowance`` widens that for checks that
+    only refuse (an operator's resolution the provider's events contradict).
     """
     answered = evidence.detail.get("record_created_at") if evidence.source == LATE_RESPONSE else None
     if isinstance(answered, str):
         return _instant(answered) == record.created_at  # the same instant, in whatever zone the worker's clock
-    return evidence.received_at >= record.created_at
+    return evidence.received_at >= record.created_at - allowance
 
 
 def _instant(text: str) -> datetime | None:
@@ -673,13 +675,13 @@ class Ledger:
         """Its own provider's answers or events confirming it acted (an acceptance may still be refused)."""
         return [e for e in self._own_evidence(record) if e.verdict is EvidenceVerdict.CONFIRMS]
 
-    def _own_evidence(self, record: EffectRecord) -> list[Evidence]:
+    def _own_evidence(self, record: EffectRecord, *, allowance: timedelta = timedelta(0)) -> list[Evidence]:
         """Evidence recorded for this record by its own provider (another provider's event decides nothing).
 
         Evidence stays when a settled record is purged, and the key may be recorded again: what was received
-        before this record was created is about the purged one."""
+        before this record was created (less ``allowance``, see :func:`_about`) is about the purged one."""
         recorded = self.store.evidence_for(record.tenant, record.intent_key)
-        return [e for e in recorded if e.provider == record.provider and _about(e, record)]
+        return [e for e in recorded if e.provider == record.provider and _about(e, record, allowance)]
 
     def _claim(self, record: EffectRecord, *, reason: str = "claim") -> EffectRecord:
         now, tag = self.clock(), self._unsent.tag()

@@ -14,7 +14,7 @@ from ._adapter import EffectRequest, ProviderAdapter
 from ._approvals import Approval, ApprovalState, decided_meanwhile
 from ._errors import ApprovalError, InvalidInput, StaleRecord
 from ._keys import IntentKey
-from ._ledger import Ledger, answers_latest
+from ._ledger import CLOCK_SKEW, Ledger, answers_latest
 from ._records import AuditEntry, EffectRecord, Evidence, EvidenceVerdict, Receipt, Resolution
 from ._states import EffectStatus, resolvable, settled_status
 from ._tenants import DEFAULT_TENANT
@@ -300,7 +300,8 @@ class Operator:
         second one under a new key; confirming a refused one hides that nothing happened."""
         # another provider's event decides nothing, nor a purged record's, nor a late refusal of an attempt sent
         # again since
-        own = [e for e in self.ledger._own_evidence(record) if answers_latest(e, record)]
+        # refusing, not deciding: an event stamped by a clock behind the record's creator still counts here
+        own = [e for e in self.ledger._own_evidence(record, allowance=CLOCK_SKEW) if answers_latest(e, record)]
         verdicts = {e.verdict for e in own}
         if to is S.REJECTED and EvidenceVerdict.REJECTS not in verdicts:
             against = _first(own, EvidenceVerdict.CONFIRMS, EvidenceVerdict.ACCEPTS)

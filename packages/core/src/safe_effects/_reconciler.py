@@ -8,6 +8,7 @@ by the contract's ``rate_limit_per_minute``, per process.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 from collections import Counter
@@ -26,6 +27,7 @@ from ._rows import MAX_CURSOR_NAME, check_cursor_name
 from ._states import TERMINAL, EffectStatus
 
 S = EffectStatus
+_ABANDONED_PER_SWEEP = 1000  # in-flight records a sweep reads per provider to take over (the oldest first)
 _PROVIDER_PART = 64  # characters of a provider's name in its stored cursor's name (a longer one is hashed)
 MAX_CURSOR_PREFIX = MAX_CURSOR_NAME - _PROVIDER_PART - 1  # room for "/" and the provider part
 
@@ -173,8 +175,20 @@ class Reconciler:
                 self._move_cursor(provider, looked_at.get(provider, self._starts[provider]))
             elif item.outcome != "deferred":
                 looked_at[provider] = _position_of(record)
+        self._take_over_abandoned()
         self.ledger.observer.on_event("reconciler_run", {})
         return ReconcileReport(tuple(items))
+
+    def _take_over_abandoned(self) -> None:
+        """Turn every in-flight record whose lease expired unknown, for the providers this reconciler serves, even
+        outside this sweep's records: it needs no lookup, and behind a rate-limited backlog the round robin would
+        reach such a record only many sweeps later, leaving it shown as abandoned while a reconciler runs."""
+        store, now, served = self.ledger.store, self.ledger.clock(), self.ledger.tenants
+        for provider in sorted(self.adapters):
+            for record in store.list_by_status([S.IN_FLIGHT], provider=provider, limit=_ABANDONED_PER_SWEEP):
+                if record.lease_expired(now) and (served is None or record.tenant in served):
+                    with contextlib.suppress(StaleRecord):  # its worker answered, or another process took it over
+                        self.ledger._expire_lease(record)
 
     def _one(self, record: EffectRecord, deferred: set[str]) -> ReconcileItem:
         def item(outcome: str, method: str | None = None, note: str | None = None) -> ReconcileItem:
