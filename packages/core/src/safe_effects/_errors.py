@@ -10,6 +10,7 @@
     ├── IntentConflict                same intent key, other request digest
     ├── IllegalTransition             a state change the state machine forbids
     ├── StaleRecord                   the record moved on since it was read (conditional update lost)
+    ├── LedgerUnavailable             the ledger's database did not answer (or refuses writes for now)
     ├── IntentNotFound                no record for (tenant, intent key)
     ├── EffectOutcome                 the caller's answer when an effect did not simply succeed
     │   ├── EffectUnknown             the provider may have acted: reconcile, never retry blindly
@@ -27,14 +28,11 @@ Each class carries a stable ``code`` for logs, metrics and the CLI's JSON output
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # _records imports _keys, which imports this module
     from ._records import EffectRecord
-
-_VERSIONED = re.compile(r"(.+):v([0-9]+)")  # a parsed intent key: its head and version number
 
 
 class SafeEffectsError(Exception):
@@ -90,28 +88,28 @@ class IntentConflict(SafeEffectsError):
     code = "intent_conflict"
 
     def __init__(
-        self, tenant: str, intent_key: str, recorded_digest: str, new_digest: str, *, recorded_as: str | None = None
+        self,
+        tenant: str,
+        intent_key: str,
+        recorded_digest: str,
+        new_digest: str,
+        *,
+        recorded_as: str | None = None,
+        next_key: str | None = None,
     ) -> None:
         """``recorded_as`` says what the key holds (``stripe payment_intents.create, confirmed``): a conflict is
-        as often another operation under a reused key as other parameters."""
+        as often another operation under a reused key as other parameters. ``next_key`` is the one to suggest."""
         self.tenant = tenant
         self.intent_key = intent_key
         self.recorded_digest = recorded_digest
         self.new_digest = new_digest
         holds = f" for {recorded_as}" if recorded_as else ""
+        suggested = repr(next_key) if next_key else "the next version of this key"
         super().__init__(
             f"intent {intent_key!r} (tenant {tenant!r}) was recorded{holds} with request digest "
             f"{recorded_digest[:19]}…, this call has {new_digest[:19]}…: same key, other parameters or operation. "
-            f"A key names one action: give a new or corrected action a new key, e.g. {_next_version(intent_key)}"
+            f"A key names one action: give a new or corrected action a new key, e.g. {suggested}"
         )
-
-
-def _next_version(intent_key: str) -> str:
-    """The same key one version up (``...:v1`` -> ``...:v2``): the usual key for a corrected action."""
-    versioned = _VERSIONED.fullmatch(intent_key)
-    if versioned is None:  # not a parsed key (an IntentConflict built by hand)
-        return "the next version of this key"
-    return repr(f"{versioned[1]}:v{int(versioned[2]) + 1}")
 
 
 class IllegalTransition(SafeEffectsError):

@@ -107,6 +107,11 @@ class IntentKey(str):
     def parts(self) -> tuple[str, ...]:
         return tuple(self.split(SEPARATOR))
 
+    def next_version(self) -> Self:
+        """The same key one version up (``...:v1`` -> ``...:v2``): the usual key for a corrected action."""
+        *head, version = self.parts
+        return self._checked(SEPARATOR.join([*head, f"v{int(version[1:]) + 1}"]))
+
     def to_tag_safe(self) -> str:
         """Map to ``[A-Za-z0-9_-]{1,256}`` (SES tags) without ever mapping two keys to one value.
 

@@ -1269,8 +1269,16 @@ class Ledger:
         if record.request_digest != digest:
             self._observe("intent_conflict", record)
             recorded_as = f"{record.provider} {record.operation}, {record.status}"
+            next_key = None
+            with contextlib.suppress(InvalidIntentKey):  # a key at the length limit has no room for a digit more
+                next_key = record.intent_key.next_version()
             raise IntentConflict(
-                record.tenant, record.intent_key, record.request_digest, digest, recorded_as=recorded_as
+                record.tenant,
+                record.intent_key,
+                record.request_digest,
+                digest,
+                recorded_as=recorded_as,
+                next_key=next_key,
             )
 
     @staticmethod
