@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from safe_effects import Ledger, open_store
-from safe_effects._store_url import split_schema  # the store's own reading of a URL's schema
+from safe_effects._store_url import parse_postgres_url  # the store's own reading of its URL
 
 DEFAULT_PG = os.environ.get("SAFE_EFFECTS_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 TARGET = 1.5  # added time per wrapped call / the same store's raw two-commit cost
@@ -62,7 +62,7 @@ def _pg_unreachable(pg: str) -> str | None:
     except ImportError as error:
         return f"psycopg not installed ({error})"
     try:
-        psycopg.connect(split_schema(pg)[0], connect_timeout=3).close()
+        psycopg.connect(parse_postgres_url(pg).conninfo, connect_timeout=3).close()
     except Exception as error:  # any failure to connect is a reason to skip, said aloud
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
         return f"{type(error).__name__}: {first_line}"
@@ -73,7 +73,7 @@ def _drop_schema(pg: str, schema: str) -> None:
     import psycopg
     from psycopg import sql
 
-    with psycopg.connect(split_schema(pg)[0], autocommit=True) as conn:
+    with psycopg.connect(parse_postgres_url(pg).conninfo, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
@@ -165,7 +165,7 @@ def _postgres_pair(url: str) -> Iterator[Callable[[str], None]]:
     import psycopg
     from psycopg import sql
 
-    conninfo, schema = split_schema(url)
+    conninfo, schema, _ = parse_postgres_url(url)
     table = sql.Identifier(schema or "safe_effects", "effect_intents")
     claim = sql.SQL(
         "INSERT INTO {} (" + _CLAIM_COLUMNS + ") VALUES ('bench-raw', %(key)s, 'bench', 'charge', %(digest)s, "

@@ -36,7 +36,7 @@ from _harness import DEFAULT_PG, TARGET, StoreTarget, fresh_key, migrate, raw_pa
 from ledger_overhead import REQUEST, InstantAdapter
 
 from safe_effects import Ledger
-from safe_effects._store_url import split_schema
+from safe_effects._store_url import parse_postgres_url
 
 MODES = ("raw", "executor")
 WARMUP = 20  # effects per slice before its clock starts (statement caches, prepared statements)
@@ -76,7 +76,7 @@ def server_clock(url: str) -> Callable[[], float] | None:
     """A reader of the store's server CPU seconds, or None where there is no local server to read."""
     if url.startswith("sqlite:///"):
         return None
-    host = _conninfo_host(split_schema(url)[0])
+    host = _conninfo_host(parse_postgres_url(url).conninfo)
     if (host not in LOCAL_HOSTS and not host.startswith("/")) or postgres_cpu_seconds() == 0:
         return None
     return postgres_cpu_seconds

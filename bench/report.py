@@ -24,7 +24,7 @@ from pathlib import Path
 
 from _harness import DEFAULT_PG, TARGET, Row, parse_rows
 
-from safe_effects._store_url import split_schema
+from safe_effects._store_url import parse_postgres_url
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -156,7 +156,7 @@ def postgres_version(pg: str) -> str:
     try:
         import psycopg
 
-        with psycopg.connect(split_schema(pg)[0], connect_timeout=3) as conn:
+        with psycopg.connect(parse_postgres_url(pg).conninfo, connect_timeout=3) as conn:
             row = conn.execute("SHOW server_version").fetchone()
             sync = conn.execute("SHOW synchronous_commit").fetchone()
         return f"{row[0] if row else '?'} (synchronous_commit={sync[0] if sync else '?'})"

@@ -22,7 +22,7 @@ from safe_effects import (
     Resolution,
     UnknownTenant,
 )
-from safe_effects._store_url import split_schema  # the store's own reading of a URL's schema
+from safe_effects._store_url import parse_postgres_url  # the store's own reading of its URL
 
 if TYPE_CHECKING:
     from conftest import Ops
@@ -334,7 +334,7 @@ def confirming_refused(url: str) -> Iterator[type[Exception]]:
     import psycopg
     from psycopg import sql
 
-    conninfo, schema = split_schema(url)
+    conninfo, schema, _ = parse_postgres_url(url)
     refuse, table = sql.Identifier(str(schema), "refuse"), sql.Identifier(str(schema), "effect_intents")
     with psycopg.connect(conninfo, autocommit=True) as conn:
         conn.execute(

@@ -23,6 +23,14 @@ from ._bookkeeping import check_columns, check_versions
 from ._errors import InvalidInput, LedgerUnavailable, MissingDependency, StaleRecord, StorePermissionDenied
 from ._fork import keep_inherited, renew_in_children
 from ._migrations import MIGRATIONS, POSTGRES_BOOKKEEPING
+from ._pg_pooling import (
+    SESSION_POOLING,
+    TRANSACTION_POOLING,
+    check_pooling,
+    checked_pool_mode,
+    connection_options,
+    refused_by_pooler,
+)
 from ._pg_refusals import migration_refused, tables_refused
 from ._records import AuditEntry, EffectRecord, Evidence
 from ._rows import (
@@ -71,6 +79,7 @@ _MAX_IDENTIFIER_BYTES = 63  # PostgreSQL silently truncates longer names (NAMEDA
 
 
 _log = logging.getLogger("safe_effects")
+DEFAULT_SCHEMA = "safe_effects"
 
 
 class _PoolSweep:
@@ -167,7 +176,9 @@ class _Checkout:
         return left
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _: object) -> None:
-        refused = _refused(error, self._conn, self._schema) if error is not None else None
+        refused = None
+        if error is not None:
+            refused = refused_by_pooler(error) or _refused(error, self._conn, self._schema)
         cast("_Pooled", self._conn).returned_at = time.monotonic()
         self._pool.putconn(self._conn)
         if refused is not None:
@@ -234,28 +245,31 @@ def _checked_schema(schema: str) -> str:
 class _Configure:
     """What every new pool connection is set to before its first use."""
 
-    __slots__ = ("_statement_timeout",)
+    __slots__ = ("pool_mode", "statement_timeout")
 
-    def __init__(self, statement_timeout: float | None) -> None:
+    def __init__(self, statement_timeout: float | None, pool_mode: str) -> None:
         if statement_timeout is not None and not statement_timeout > 0:  # NaN is not > 0 either
             raise InvalidInput(
                 f"statement_timeout must be a positive number of seconds or None, got {statement_timeout!r}"
             )
-        self._statement_timeout = None if statement_timeout is None else f"{round(statement_timeout * 1000)}ms"
+        self.statement_timeout = None if statement_timeout is None else f"{round(statement_timeout * 1000)}ms"
+        self.pool_mode = pool_mode
 
     def __call__(self, conn: Connection[Any]) -> None:
+        if self.pool_mode == TRANSACTION_POOLING:
+            return  # a setting would land on a server session other clients share: see _pg_pooling
         # the conditional writes rely on READ COMMITTED re-checks, whatever the database's or role's default
         # (under SERIALIZABLE, two racing claims end in a serialization failure, not a wait)
         conn.execute("SET default_transaction_isolation TO 'read committed'")
         # psycopg reads timestamps only in ISO style: a database or role set to German or SQL style would make
         # every record unreadable (its writes would still work)
         conn.execute("SET DateStyle TO 'ISO'")
-        if self._statement_timeout is not None:
+        if self.statement_timeout is not None:
             # a statement stuck behind someone else's lock ends as LedgerUnavailable instead of holding the
             # worker forever; a timeout the URL's options, PGOPTIONS, the role or the database set is kept
             conn.execute(
                 "SELECT set_config('statement_timeout', %s, false) WHERE current_setting('statement_timeout') = '0'",
-                (self._statement_timeout,),
+                (self.statement_timeout,),
             )
 
 
@@ -294,12 +308,13 @@ _SILENT_PATH_BOUNDS: dict[str, Any] = {
 }
 
 
-def _connection_options(conninfo: str, connect_timeout: int) -> dict[str, Any]:
+def _connection_options(conninfo: str, connect_timeout: int, configure: _Configure) -> dict[str, Any]:
     """The pool's connection options, tried once before the pool starts.
 
     A wrong URL or a database that is down then fails the open at once, as one typed error naming libpq's
     cause, instead of a pool that retries in the background, logging each attempt, until the first call
-    times out.
+    times out. A pool mode that does not match the path to the server is refused here too (see
+    ``_pg_pooling``).
     """
     import psycopg  # noqa: PLC0415  # optional extra, present once a PostgresStore is made
     from psycopg.conninfo import conninfo_to_dict  # noqa: PLC0415  # idem
@@ -310,11 +325,18 @@ def _connection_options(conninfo: str, connect_timeout: int) -> dict[str, Any]:
         if "PGCONNECT_TIMEOUT" in os.environ:
             del defaults["connect_timeout"]
         options: dict[str, Any] = {"autocommit": True} | {k: v for k, v in defaults.items() if k not in given}
-        psycopg.connect(conninfo, **options).close()
+        options |= connection_options(configure.pool_mode)
+        first = psycopg.connect(conninfo, **options)
     except psycopg.ProgrammingError as error:  # libpq refused the conninfo itself (an unknown option)
         raise InvalidInput(f"invalid PostgreSQL conninfo: {_one_line(error)}") from error
     except psycopg.OperationalError as error:
         raise LedgerUnavailable(f"the PostgreSQL ledger cannot be reached: {_one_line(error)}") from error
+    with first:
+        try:
+            connect = partial(psycopg.connect, conninfo, **options)
+            check_pooling(first, connect, configure.pool_mode, configure.statement_timeout)
+        except psycopg.OperationalError as error:
+            raise LedgerUnavailable(f"the PostgreSQL ledger cannot be reached: {_one_line(error)}") from error
     return options
 
 
@@ -385,19 +407,22 @@ class PostgresStore:
         self,
         conninfo: str,
         *,
-        schema: str = "safe_effects",
+        schema: str = DEFAULT_SCHEMA,
         min_size: int = 1,
         max_size: int = 10,
         timeout: float = 30.0,
         connect_timeout: int = 10,
         statement_timeout: float | None = 30.0,
+        pool_mode: str = SESSION_POOLING,
     ) -> None:
         """``timeout``: seconds a call waits for a pooled connection before :class:`LedgerUnavailable`.
         ``connect_timeout``: libpq's bound on each new connection, unless the conninfo or ``PGCONNECT_TIMEOUT``
         sets one. ``statement_timeout``: seconds one statement may run (waiting on a lock included) before it
         is cancelled as :class:`LedgerUnavailable`, unless the connection already has a timeout (the URL's
         ``options``, ``PGOPTIONS``, the role or the database); ``None`` sets none. Migrations run without it.
-        The database is connected to once here, so a wrong or unreachable one fails the open."""
+        ``pool_mode``: ``"transaction"`` behind a pooler in transaction mode (PgBouncer's ``pool_mode =
+        transaction``), see ``_pg_pooling``. The database is connected to here, so a wrong or unreachable one
+        (or a pooler the pool mode does not match) fails the open."""
         try:
             import psycopg  # noqa: PLC0415  # optional extra: imported only when a PostgresStore is made
             from psycopg import sql  # noqa: PLC0415  # idem
@@ -406,7 +431,7 @@ class PostgresStore:
         except ImportError as error:
             raise MissingDependency("psycopg", "postgres") from error
         self.schema = _checked_schema(schema)
-        configure = _Configure(statement_timeout)  # checked before a connection is made
+        configure = _Configure(statement_timeout, checked_pool_mode(pool_mode))  # checked before connecting
         self._connection_type = psycopg.Connection
         self._dict_row = dict_row
         self._codec = Codec(
@@ -423,7 +448,7 @@ class PostgresStore:
             min_size=min_size,
             max_size=max_size,
             timeout=timeout,
-            kwargs=_connection_options(conninfo, connect_timeout),
+            kwargs=_connection_options(conninfo, connect_timeout, configure),
             connection_class=_store_connection(),
             configure=configure,
             open=True,

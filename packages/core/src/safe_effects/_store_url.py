@@ -3,36 +3,51 @@
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ._errors import InvalidInput
-from ._postgres import PostgresStore
+from ._pg_pooling import SESSION_POOLING
+from ._postgres import DEFAULT_SCHEMA, PostgresStore
 from ._sqlite import SQLiteStore
 from ._store import Store
 
 SQLITE_PREFIX = "sqlite:///"
 
 
-def split_schema(url: str) -> tuple[str, str | None]:
-    """A PostgreSQL URL without its ``schema`` parameter (libpq refuses it), and the last schema named.
+class PostgresUrl(NamedTuple):
+    """A PostgreSQL store URL read apart: the conninfo for libpq, and the store's own parameters."""
+
+    conninfo: str  # the URL without the store's parameters (libpq refuses them)
+    schema: str | None  # ``schema=``: the last one named, percent-decoded as libpq would
+    pool_mode: str | None  # ``pool_mode=``: ``transaction`` behind a transaction-pooling pooler (PgBouncer)
+
+
+_STORE_PARAMS = ("schema", "pool_mode")
+
+
+def parse_postgres_url(url: str) -> PostgresUrl:
+    """Take the store's own parameters (``schema``, ``pool_mode``) out of a PostgreSQL URL.
 
     Every other parameter is kept byte for byte: re-encoding them would turn ``%20`` into ``+``, which libpq
-    (percent-decoding only) would pass on as a plus sign. The schema is percent-decoded as libpq would.
+    (percent-decoding only) would pass on as a plus sign.
     """
     parts = urlsplit(url)
     kept: list[str] = []
-    schemas: list[str] = []
+    found: dict[str, str] = {}
     for item in parts.query.split("&") if parts.query else []:
         name, _, value = item.partition("=")
-        if unquote(name) == "schema":
-            schemas.append(unquote(value))
+        if unquote(name) in _STORE_PARAMS:
+            found[unquote(name)] = unquote(value)
         else:
             kept.append(item)
-    return urlunsplit(parts._replace(query="&".join(kept))), schemas[-1] if schemas else None
+    conninfo = urlunsplit(parts._replace(query="&".join(kept)))
+    return PostgresUrl(conninfo, found.get("schema"), found.get("pool_mode"))
 
 
 def open_store(url: str) -> Store:
-    """``sqlite:///relative.db``, ``sqlite:////abs/path.db`` or ``postgresql://...[?schema=name]``."""
+    """``sqlite:///relative.db``, ``sqlite:////abs/path.db`` or
+    ``postgresql://...[?schema=name][&pool_mode=transaction]``."""
     scheme = url.partition("://")[0] if "://" in url else ""
     if scheme == "sqlite":
         if not url.startswith(SQLITE_PREFIX) or len(url) == len(SQLITE_PREFIX):
@@ -44,8 +59,12 @@ def open_store(url: str) -> Store:
             )
         return SQLiteStore(url[len(SQLITE_PREFIX) :])
     if scheme in ("postgresql", "postgres"):
-        conninfo, schema = split_schema(url)
-        return PostgresStore(conninfo) if schema is None else PostgresStore(conninfo, schema=schema)
+        conninfo, schema, pool_mode = parse_postgres_url(url)
+        return PostgresStore(
+            conninfo,
+            schema=DEFAULT_SCHEMA if schema is None else schema,
+            pool_mode=SESSION_POOLING if pool_mode is None else pool_mode,
+        )
     raise InvalidInput(f"unknown store URL scheme {scheme!r}: use sqlite:/// or postgresql://")
 
 
