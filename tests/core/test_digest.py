@@ -95,6 +95,12 @@ def _nested(depth: int) -> list[Any]:
     return value
 
 
+def _holding_itself() -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    value["loop"] = value
+    return value
+
+
 @pytest.mark.parametrize(
     ("params", "path", "problem"),
     [
@@ -111,6 +117,13 @@ def _nested(depth: int) -> list[Any]:
         (Decimal(1), "", "Decimal"),
         ({"text": "caf\udce9"}, "text", "lone surrogate"),
         (_nested(100_000), "", "nested too deeply"),
+        # what json's encoder would coerce or take without a word, checked apart from it
+        ({"items": [{"price": 1}, ({2: "two"},)]}, "items[1][0]", "non-string key 2"),
+        ({"meta": {True: "yes"}}, "meta", "non-string key True"),
+        ({"meta": {None: "none"}}, "meta", "non-string key None"),
+        ({"caf\udce9": 1}, "", "key with a lone surrogate"),
+        (_holding_itself(), "", "nested too deeply"),
+        ({"n": 10**5000}, "n", "more digits than Python writes"),
     ],
     ids=lambda value: type(value).__name__ if not isinstance(value, str) else value[:20],
 )
