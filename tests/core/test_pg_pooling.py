@@ -17,6 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -63,9 +64,9 @@ def _pgbouncer_binary() -> str:
     return found
 
 
-@pytest.fixture(scope="module")
-def bouncer(pg_url: str) -> Iterator[str]:
-    """A PgBouncer in transaction mode in front of the test database; yields its conninfo."""
+@contextmanager
+def _pgbouncer(pg_url: str, pool_mode: str, pool_size: int) -> Iterator[str]:
+    """A PgBouncer in ``pool_mode`` in front of the test database; yields its URL."""
     target = conninfo_to_dict(pg_url)
     user = str(target.get("user", "postgres"))
     folder = Path(tempfile.mkdtemp(prefix="se-pgbouncer-"))
@@ -78,7 +79,7 @@ def bouncer(pg_url: str) -> Iterator[str]:
         "[pgbouncer]\n"
         f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
         f"auth_type = trust\nauth_file = {folder / 'users.txt'}\n"
-        "pool_mode = transaction\ndefault_pool_size = 4\nmax_client_conn = 100\n"
+        f"pool_mode = {pool_mode}\ndefault_pool_size = {pool_size}\nmax_client_conn = 100\n"
     )
     command = [_pgbouncer_binary(), str(folder / "pgbouncer.ini")]
     if os.geteuid() == 0:
@@ -86,12 +87,12 @@ def bouncer(pg_url: str) -> Iterator[str]:
     log = folder / "pgbouncer.log"
     with log.open("w") as output:
         child = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
-    conninfo = urlunsplit(urlsplit(pg_url)._replace(netloc=f"{user}@127.0.0.1:{port}"))
+    url = urlunsplit(urlsplit(pg_url)._replace(netloc=f"{user}@127.0.0.1:{port}"))
     try:
         deadline = time.monotonic() + 10
         while True:
             try:
-                psycopg.connect(conninfo, connect_timeout=2).close()
+                psycopg.connect(url, connect_timeout=2).close()
                 break
             except psycopg.OperationalError:
                 if child.poll() is not None or time.monotonic() > deadline:
@@ -99,11 +100,25 @@ def bouncer(pg_url: str) -> Iterator[str]:
                     child.wait()
                     pytest.fail(f"pgbouncer did not start: {log.read_text()}", pytrace=False)
                 time.sleep(0.05)
-        yield conninfo
+        yield url
     finally:
         child.terminate()
         child.wait(timeout=10)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def bouncer(pg_url: str) -> Iterator[str]:
+    """PgBouncer in transaction mode, four server sessions."""
+    with _pgbouncer(pg_url, "transaction", 4) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def session_bouncer(pg_url: str) -> Iterator[str]:
+    """PgBouncer in session mode with a single server session: no two clients connected at once."""
+    with _pgbouncer(pg_url, "session", 1) as url:
+        yield url
 
 
 @pytest.fixture
@@ -134,6 +149,16 @@ def test_the_session_mode_behind_a_transaction_pooler_is_refused_at_open_and_not
     with pytest.raises(StoreNotReady, match=r"pool_mode='transaction'"):
         Ledger.open(_url(bouncer, schema=schema))
     assert not _schema_exists(pg_url, schema)
+
+
+def test_a_session_pooler_with_one_server_session_opens_in_the_default_mode(
+    session_bouncer: str, schema: str, tmp_path: Path
+) -> None:
+    fake = GenericFakeProvider(tmp_path / "provider.db")
+    with Ledger.open(_url(session_bouncer, schema=schema)) as ledger:
+        for n in range(8):  # past psycopg's fifth run, when it prepares the statements
+            ledger.execute(GenericFakeAdapter(fake), REQUEST, intent_key=f"invoice:inv_{n}:collect:v1")
+    assert len(fake.effects()) == 8
 
 
 def test_behind_a_transaction_pooler_each_intent_is_sent_once_from_many_threads(

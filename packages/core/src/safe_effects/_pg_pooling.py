@@ -54,33 +54,33 @@ def connection_options(pool_mode: str) -> dict[str, Any]:
 def check_pooling(first: Connection[Any], connect: Any, pool_mode: str, statement_timeout: str | None) -> None:
     """Refuse a store whose ``pool_mode`` does not match the path to the server (see the module docstring).
 
-    ``first`` is an open autocommit connection; ``connect()`` opens another like it.
+    ``first`` is an open autocommit connection, closed here; ``connect()`` opens another like it.
     """
-    if pool_mode == TRANSACTION_POOLING:
-        _check_server_defaults(first, statement_timeout)
-    elif _sessions_shared(first, connect):
+    with first:
+        if pool_mode == TRANSACTION_POOLING:
+            _check_server_defaults(first, statement_timeout)
+            return
+        marker = uuid.uuid4().hex
+        first.execute("SELECT set_config('safe_effects.pool_probe', %s, false)", (marker,))
+    if _seen_from(connect, marker):
         raise StoreNotReady(
             "a connection pooler in transaction mode sits between this store and PostgreSQL (a setting made on "
-            "one connection was seen from another): its prepared statements and session settings would land on "
+            "one connection was seen from the next): its prepared statements and session settings would land on "
             f"other clients' sessions; open the store with {_HOW_TO_SET}"
         )
 
 
-def _sessions_shared(first: Connection[Any], connect: Any) -> bool:
-    """Whether a session setting made on ``first`` shows on a second client connection.
+def _seen_from(connect: Any, marker: str) -> bool:
+    """Whether a session setting the connection just closed made shows on the next one.
 
-    Directly, or through a session pooler, it never does. A transaction pooler hands the second client the
-    session the first just used (PgBouncer reuses the most recently used one), so there it does. A pooler that
-    hands out another session passes this check; then :func:`refused_by_pooler` names the cause at the first
-    statement that meets it.
+    Directly, or through a session pooler (which resets a session its client left), it never does. A
+    transaction pooler hands the next client the session the last one used (PgBouncer reuses the most recently
+    used), setting and all. A pooler that hands out another session passes this check; then
+    :func:`refused_by_pooler` names the cause at the first statement that meets it. One connection at a time,
+    so a pooler with a single server session, or a server one connection short of its limit, opens as well.
     """
-    marker = uuid.uuid4().hex
-    first.execute("SELECT set_config('safe_effects.pool_probe', %s, false)", (marker,))
-    try:
-        with connect() as second:
-            row = second.execute("SELECT current_setting('safe_effects.pool_probe', true)").fetchone()
-    finally:
-        first.execute("RESET safe_effects.pool_probe")
+    with connect() as second:
+        row = second.execute("SELECT current_setting('safe_effects.pool_probe', true)").fetchone()
     return row is not None and row[0] == marker
 
 

@@ -331,12 +331,12 @@ def _connection_options(conninfo: str, connect_timeout: int, configure: _Configu
         raise InvalidInput(f"invalid PostgreSQL conninfo: {_one_line(error)}") from error
     except psycopg.OperationalError as error:
         raise LedgerUnavailable(f"the PostgreSQL ledger cannot be reached: {_one_line(error)}") from error
-    with first:
-        try:
-            connect = partial(psycopg.connect, conninfo, **options)
-            check_pooling(first, connect, configure.pool_mode, configure.statement_timeout)
-        except psycopg.OperationalError as error:
-            raise LedgerUnavailable(f"the PostgreSQL ledger cannot be reached: {_one_line(error)}") from error
+    try:
+        check_pooling(
+            first, partial(psycopg.connect, conninfo, **options), configure.pool_mode, configure.statement_timeout
+        )
+    except psycopg.OperationalError as error:
+        raise LedgerUnavailable(f"the PostgreSQL ledger cannot be reached: {_one_line(error)}") from error
     return options
 
 
