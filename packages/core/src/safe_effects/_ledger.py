@@ -52,7 +52,7 @@ from ._keys import IntentKey
 from ._observer import NullObserver, Observer
 from ._policies import DEFAULT_LEASE, DEFAULT_RETRY, LeasePolicy, RetryPolicy
 from ._records import EffectRecord, Evidence, EvidenceVerdict, Receipt, Resolution
-from ._sending import Retryable, Settled, send_with_retries
+from ._sending import BackoffCut, Retryable, Settled, send_with_retries
 from ._states import TERMINAL, EffectStatus, resolvable, settled_status
 from ._store import Store
 from ._tenants import DEFAULT_TENANT, check_tenant
@@ -806,6 +806,15 @@ class Ledger:
                 intent_key=record.intent_key,
                 record=unknown,
             ) from settled.error
+        except BackoffCut as cut:  # a job's time limit or a shutdown while a retry waited: nothing was sent
+            # back to where the refusals left it, in one write (the process may be stopping), and the
+            # interruption raised on, for the job runner to see; a ledger that cannot take the write leaves
+            # the lease to expire, as for a worker killed outright
+            back_to = S.UNKNOWN if method == "key_replay" else S.PREPARED
+            changes = {**_NO_LEASE, "last_error_class": cut.verdict.error_class, "last_error_code": "interrupted"}
+            with contextlib.suppress(Exception):
+                self._move(record, back_to, f"back-off interrupted: {type(cut.interruption).__qualname__}", changes)
+            raise cut.interruption from None
         except (KeyboardInterrupt, SystemExit) as interrupted:  # a shutdown handler's exit, mid-request
             # recorded unknown now, so a restarted worker reconciles at once instead of waiting out the lease:
             # one write, no retries (the process is stopping), and a ledger that cannot take it leaves the lease

@@ -2,8 +2,8 @@
 definitive-retryable refusals (a 429, a refused connection) that the :class:`RetryPolicy` allows.
 
 The executor decides what to record; this module only says how the send ended: the provider's response,
-:class:`Retryable` (a refusal the policy allows no further attempt after) or :class:`Settled` (any other
-failure, with the adapter's verdict).
+:class:`Retryable` (a refusal the policy allows no further attempt after), :class:`Settled` (any other
+failure, with the adapter's verdict) or :class:`BackoffCut` (an exception raised while a retry waited).
 """
 
 from __future__ import annotations
@@ -28,6 +28,16 @@ class Retryable(Exception):
     def __init__(self, verdict: Verdict, error: Exception) -> None:
         self.verdict = verdict
         self.error = error
+
+
+class BackoffCut(Exception):
+    """Something raised while a retry waited: a job's time limit (Celery's ``SoftTimeLimitExceeded``, RQ's
+    ``JobTimeoutException``, raised from a signal handler), a shutdown. Every attempt so far was refused
+    definitively, so nothing was sent; ``interruption`` is what cut the wait short, for the caller to see."""
+
+    def __init__(self, refused: Retryable, interruption: BaseException) -> None:
+        self.verdict = refused.verdict
+        self.interruption = interruption
 
 
 class Settled(Exception):
@@ -107,7 +117,14 @@ def _retry(
         or lease_ends.before(first_wait)
     ):
         raise refused
-    sleep(first_wait)
+
+    def wait(seconds: float) -> None:
+        try:
+            sleep(seconds)
+        except BaseException as interruption:  # only refusals were met: say so, whatever cut the wait short
+            raise BackoffCut(refused, interruption) from interruption
+
+    wait(first_wait)
     remaining = max(0.0, policy.max_total_seconds - (time.monotonic() - started))
     retrying = Retrying(
         # stop_before_delay counts the coming wait: no attempt starts past max_total_seconds
@@ -116,7 +133,7 @@ def _retry(
             policy, state.outcome.exception() if state.outcome is not None else None, state.attempt_number + 1
         ),
         retry=retry_if_exception_type(Retryable),
-        sleep=sleep,
+        sleep=wait,
         reraise=True,
     )
     return retrying(attempt)
