@@ -40,6 +40,21 @@ class SafeEffectsError(Exception):
 
     code = "safe_effects_error"
 
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickled by message and attributes, not by re-running ``__init__``: most subclasses take keyword-only
+        fields, which ``Exception``'s own pickling drops, so a worker process's ``EffectUnknown`` (a process
+        pool, a job runner's result backend) came back as a ``TypeError``. The provider's exception does not
+        travel: an SDK's error does not always unpickle, and the message names its class and code."""
+        state = {name: None if name == "provider_error" else value for name, value in self.__dict__.items()}
+        return (_unpickled, (type(self), self.args), state)
+
+
+def _unpickled(kind: type[SafeEffectsError], args: tuple[object, ...]) -> SafeEffectsError:
+    """An instance of ``kind`` with ``args``, made without its ``__init__`` (see ``__reduce__``)."""
+    error = kind.__new__(kind)
+    error.args = args
+    return error
+
 
 class InvalidInput(SafeEffectsError, ValueError):
     """The caller passed something the ledger cannot accept; the ledger was not touched."""
