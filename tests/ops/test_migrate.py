@@ -17,7 +17,8 @@ import pytest
 from click.testing import Result
 from typer.testing import CliRunner
 
-from safe_effects import Ledger, LedgerUnavailable, PostgresStore, StorePermissionDenied, open_store
+from safe_effects import InvalidInput, Ledger, LedgerUnavailable, PostgresStore, StorePermissionDenied, open_store
+from safe_effects._passwords import redacted
 from safe_effects.cli._app import app
 
 if TYPE_CHECKING:
@@ -140,6 +141,42 @@ def test_a_password_in_the_store_url_is_never_printed(pg_url: str) -> None:
             admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
+_PW = "Hunter2SecretPw"
+
+
+def _refused_conninfos(pg_url: str) -> list[str]:
+    """Store URLs and a conninfo libpq refuses while quoting the offending token, which is (or holds) the
+    password: raw, percent-decoded, or quoted in a keyword/value conninfo."""
+    parts = urlsplit(pg_url)
+    host = f"{parts.hostname}:{parts.port or 5432}"
+    return [
+        f"postgresql://postgres:{_PW}%ZZ@{host}/test",  # a bad escape in the userinfo
+        f"postgresql://postgres@{host}/test?password={_PW}%2",  # ... in a password= parameter
+        f"postgresql://postgres:{_PW[:7]}%{ord(_PW[7]):X}{_PW[8:]}@{host}/test?sslmode={_PW}",  # decoded form
+        f"host={parts.hostname} dbname=test user=postgres password='{_PW}' sslmode='{_PW}'",  # keyword/value
+    ]
+
+
+@pytest.mark.postgres
+def test_a_password_is_masked_in_what_libpq_says_about_a_refused_conninfo(pg_url: str) -> None:
+    """libpq quotes a conninfo token it cannot read verbatim; the typed error, the CLI's line included, shows
+    the password as *** in whichever form it was written."""
+    for conninfo in _refused_conninfos(pg_url):
+        with pytest.raises((InvalidInput, LedgerUnavailable)) as raised:
+            PostgresStore(conninfo)
+        assert _PW not in str(raised.value), conninfo
+        assert '"***"' in str(raised.value), str(raised.value)
+        if "://" in conninfo:
+            with pytest.raises((InvalidInput, LedgerUnavailable)) as opened:
+                Ledger.open(conninfo)
+            assert _PW not in str(opened.value)
+            for command in ("list", "migrate"):
+                printed = run(conninfo, command)
+                assert printed.exit_code == 1
+                assert _PW not in printed.stdout + printed.stderr
+                assert '"***"' in printed.stderr, printed.stderr
+
+
 def test_an_unreachable_postgres_is_one_typed_line_at_once() -> None:
     with socket.socket() as probe:  # a port nothing listens on: connection refused
         probe.bind(("127.0.0.1", 0))
@@ -171,3 +208,21 @@ def test_a_missing_postgres_database_is_named_to_cli_and_library(pg_url: str) ->
     assert f'database "{database}" does not exist' in listed.stderr
     with pytest.raises(LedgerUnavailable, match=f'database "{database}" does not exist'):
         Ledger.open(url)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://u:S3cret@db:5432/x?schema=s", "postgresql://u:***@db:5432/x?schema=s"),
+        ("postgresql://u:@db/x", "postgresql://u:***@db/x"),
+        (
+            "postgresql://u@db/x?sslmode=require&password=S3cret&schema=s",
+            "postgresql://u@db/x?sslmode=require&password=***&schema=s",
+        ),
+        ("postgresql://u:pa?ss@db/x", "postgresql://u:***@db/x"),  # libpq's reading: credentials end at the @
+        ("postgresql://db/x?schema=s", "postgresql://db/x?schema=s"),
+        ("sqlite:///tmp/l.db", "sqlite:///tmp/l.db"),
+    ],
+)
+def test_a_store_url_is_redacted_for_messages(url: str, shown: str) -> None:
+    assert redacted(url) == shown

@@ -23,6 +23,7 @@ from ._bookkeeping import check_columns, check_versions
 from ._errors import InvalidInput, LedgerUnavailable, MissingDependency, StaleRecord, StorePermissionDenied
 from ._fork import keep_inherited, renew_in_children
 from ._migrations import MIGRATIONS, POSTGRES_BOOKKEEPING
+from ._passwords import masked
 from ._pg_pooling import (
     SESSION_POOLING,
     TRANSACTION_POOLING,
@@ -328,21 +329,22 @@ def _connection_options(conninfo: str, connect_timeout: int, configure: _Configu
         options |= connection_options(configure.pool_mode)
         first = psycopg.connect(conninfo, **options)
     except psycopg.ProgrammingError as error:  # libpq refused the conninfo itself (an unknown option)
-        raise InvalidInput(f"invalid PostgreSQL conninfo: {_one_line(error)}") from error
+        raise InvalidInput(f"invalid PostgreSQL conninfo: {_one_line(error, conninfo)}") from error
     except psycopg.OperationalError as error:
-        raise LedgerUnavailable(f"the PostgreSQL ledger cannot be reached: {_one_line(error)}") from error
+        raise LedgerUnavailable(f"the PostgreSQL ledger cannot be reached: {_one_line(error, conninfo)}") from error
     try:
         check_pooling(
             first, partial(psycopg.connect, conninfo, **options), configure.pool_mode, configure.statement_timeout
         )
     except psycopg.OperationalError as error:
-        raise LedgerUnavailable(f"the PostgreSQL ledger cannot be reached: {_one_line(error)}") from error
+        raise LedgerUnavailable(f"the PostgreSQL ledger cannot be reached: {_one_line(error, conninfo)}") from error
     return options
 
 
-def _one_line(error: Exception) -> str:
-    """libpq's messages run over several lines (a hint on the next); a log or CLI line needs one."""
-    return " ".join(str(error).split())
+def _one_line(error: Exception, conninfo: str = "") -> str:
+    """libpq's messages run over several lines (a hint on the next); a log or CLI line needs one. libpq quotes
+    a conninfo token it refused verbatim, the password too: any form of ``conninfo``'s password is ``***``."""
+    return masked(" ".join(str(error).split()), conninfo)
 
 
 def _primary(error: Error) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import NamedTuple
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -66,16 +65,3 @@ def open_store(url: str) -> Store:
             pool_mode=SESSION_POOLING if pool_mode is None else pool_mode,
         )
     raise InvalidInput(f"unknown store URL scheme {scheme!r}: use sqlite:/// or postgresql://")
-
-
-_PASSWORD_PARAM = re.compile(r"(password=)[^&\s]*", re.IGNORECASE)
-
-
-def redacted(url: str) -> str:
-    """``url`` fit for a message or a log: a password in it (``user:secret@``, ``password=``) shown as ``***``."""
-    parts = urlsplit(url)
-    if parts.password is not None:
-        user = parts.username or ""
-        host = parts.netloc.rpartition("@")[2]
-        url = urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
-    return _PASSWORD_PARAM.sub(r"\1***", url)

@@ -21,8 +21,9 @@ from safe_effects._adapter import ProviderAdapter
 from safe_effects._adapter_registry import ENTRY_POINT_GROUP, load_adapters
 from safe_effects._errors import InvalidInput, MigrationsPending, SafeEffectsError
 from safe_effects._ledger import Ledger
+from safe_effects._passwords import redacted
 from safe_effects._postgres import PostgresStore
-from safe_effects._store_url import SQLITE_PREFIX, open_store, redacted
+from safe_effects._store_url import SQLITE_PREFIX, open_store
 
 DEBUG_ENV = "SAFE_EFFECTS_DEBUG"
 # bounds for numeric options, so an absurd value is a usage error, not an OverflowError from SQLite or datetime
@@ -50,7 +51,13 @@ AdaptersSpec = Annotated[
     ),
 ]
 OperatorName = Annotated[str, typer.Option("--operator", help="Who you are; recorded in the audit trail.")]
-ReasonText = Annotated[str, typer.Option("--reason", help="Why; recorded in the audit trail.")]
+# what an operator types is kept for good (the audit trail is append-only and purge leaves it): say so where
+# it is typed, not only in the docs
+NO_PERSONAL_DATA = (
+    "Kept in the append-only audit trail, which purge never removes: write ids and ticket numbers, never "
+    "personal data (a customer's name, email address, phone number)."
+)
+ReasonText = Annotated[str, typer.Option("--reason", help=f"Why. {NO_PERSONAL_DATA}")]
 
 
 def handled(command: Callable[P, None]) -> Callable[P, None]:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from safe_effects._store_url import open_store, redacted
+from safe_effects._passwords import redacted
+from safe_effects._store_url import open_store
 
 from ._common import AsJson, StoreUrl, emit, print_json
 

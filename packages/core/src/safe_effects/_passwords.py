@@ -1,0 +1,67 @@
+"""The password in a PostgreSQL URL or conninfo, found in one place so that no message or log line shows it.
+
+Both the store URL helpers (``redacted``) and the PostgreSQL store (libpq's messages about a conninfo it
+refused, which quote the offending token verbatim) mask it. No libpq parser is used: the text to search
+is often the very conninfo libpq could not parse.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import unquote
+
+MASK = "***"
+
+_URL_PASSWORD = re.compile(r"(password=)([^&\s]*)", re.IGNORECASE)  # a URL's ``?password=...``
+# a keyword/value conninfo's ``password=...``, whose value may be single-quoted with backslash escapes
+_KEYWORD_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'?|\S*)", re.IGNORECASE)
+_ESCAPED = re.compile(r"\\(.)")
+_CREDENTIALS = re.compile(r"[^@/]*@")  # ``user:password@`` after the scheme
+
+
+def _userinfo_password(url: str) -> tuple[int, int] | None:
+    """Where the password of ``scheme://user:password@host...`` lies in ``url``, or None.
+
+    Read as libpq reads it: the credentials end at the first ``@`` before any ``/``, the password starts
+    after the first ``:`` in them.
+    """
+    scheme_end = url.find("://")
+    if scheme_end < 0:
+        return None
+    start = scheme_end + 3
+    match = _CREDENTIALS.match(url, start)
+    if match is None:
+        return None
+    colon = url.find(":", start, match.end() - 1)
+    return None if colon < 0 else (colon + 1, match.end() - 1)
+
+
+def redacted(url: str) -> str:
+    """``url`` fit for a message or a log: a password in it (``user:secret@``, ``password=``) shown as ``***``."""
+    span = _userinfo_password(url)
+    if span is not None:
+        url = f"{url[: span[0]]}{MASK}{url[span[1] :]}"
+    return _URL_PASSWORD.sub(rf"\g<1>{MASK}", url)
+
+
+def passwords(conninfo: str) -> frozenset[str]:
+    """Every form of a password in ``conninfo`` a message may quote: as written, percent-decoded, unquoted."""
+    found: set[str] = set()
+    span = _userinfo_password(conninfo)
+    if span is not None:
+        found.add(conninfo[span[0] : span[1]])
+    is_url = "://" in conninfo  # as libpq tells the two forms apart
+    for match in (_URL_PASSWORD if is_url else _KEYWORD_PASSWORD).finditer(conninfo):
+        token = match.group(2)
+        found.add(token)
+        if token.startswith("'"):
+            found.add(_ESCAPED.sub(r"\1", token[1:].removesuffix("'")))
+    found |= {unquote(password) for password in found}
+    return frozenset(password for password in found if password)
+
+
+def masked(text: str, conninfo: str) -> str:
+    """``text`` (libpq's message about ``conninfo``, say) with every form of the conninfo's password as ``***``."""
+    for password in sorted(passwords(conninfo), key=len, reverse=True):
+        text = text.replace(password, MASK)
+    return text
