@@ -160,6 +160,10 @@ def test_same_key_other_params_is_refused_before_sending(env: Env) -> None:
         env.ledger.execute(env.adapter, other, intent_key=KEY)
 
     assert str(conflict.value).endswith("give a new or corrected action a new key, e.g. 'invoice:inv_42:collect:v2'")
+    # worker logs keep the message: no digest (nor a prefix of one) that would confirm a guess of the params
+    for digest in (before.request_digest, conflict.value.new_digest):
+        assert digest.removeprefix("sha256:")[:8] not in str(conflict.value)
+    assert conflict.value.recorded_digest == before.request_digest != conflict.value.new_digest
 
     assert env.record() == before
     assert len(env.fake.requests()) == 1

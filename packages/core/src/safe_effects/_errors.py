@@ -113,7 +113,11 @@ class IntentConflict(SafeEffectsError):
         next_key: str | None = None,
     ) -> None:
         """``recorded_as`` says what the key holds (``stripe payment_intents.create, confirmed``): a conflict is
-        as often another operation under a reused key as other parameters. ``next_key`` is the one to suggest."""
+        as often another operation under a reused key as other parameters. ``next_key`` is the one to suggest.
+
+        The message quotes neither digest: an unkeyed SHA-256 of low-entropy params (a templated email to one
+        address) confirms a guess of them, and worker logs reach more people than the database does. The
+        digests stay attributes, and on the record, for whoever may read the ledger."""
         self.tenant = tenant
         self.intent_key = intent_key
         self.recorded_digest = recorded_digest
@@ -121,8 +125,8 @@ class IntentConflict(SafeEffectsError):
         holds = f" for {recorded_as}" if recorded_as else ""
         suggested = repr(next_key) if next_key else "the next version of this key"
         super().__init__(
-            f"intent {intent_key!r} (tenant {tenant!r}) was recorded{holds} with request digest "
-            f"{recorded_digest[:19]}…, this call has {new_digest[:19]}…: same key, other parameters or operation. "
+            f"intent {intent_key!r} (tenant {tenant!r}) was recorded{holds} with another request digest than "
+            "this call's: same key, other parameters or operation. "
             f"A key names one action: give a new or corrected action a new key, e.g. {suggested}"
         )
 
