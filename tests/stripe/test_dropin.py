@@ -252,6 +252,22 @@ def test_a_failed_replay_of_a_confirmed_create_is_answer_unavailable(env: Env) -
     assert env.record().status is EffectStatus.CONFIRMED
 
 
+def test_answer_unavailable_names_stripes_error_by_class_code_and_status_never_its_message(env: Env) -> None:
+    """Stripe's message can quote the call's params (a return URL carrying an email); the typed error, which
+    worker logs keep, names the error class, code and status, and Stripe's error stays its cause."""
+    raw_client(env.fake.url).v1.customers.create(params={"email": "a@example.com"})
+    portal_session(env)
+    quoted = "Not a valid URL: https://shop.example/account?email=jane.doe@example.com"
+    env.fake.inject(stripe_error_fault(400, "invalid_request_error", quoted, code="url_invalid"))
+    with pytest.raises(AnswerUnavailable) as caught:
+        portal_session(env)
+    assert "the same-key replay failed (InvalidRequestError: url_invalid, HTTP 400)" in str(caught.value)
+    assert "jane.doe" not in str(caught.value)
+    assert isinstance(caught.value.__cause__, stripe.InvalidRequestError)
+    assert "jane.doe@example.com" in str(caught.value.__cause__)
+    assert env.fake.effect_count("billing_portal.sessions") == 1
+
+
 # -- 5 and 6. v2 typed refusals and OAuth refusals are definitive -------------------------------------------------
 
 

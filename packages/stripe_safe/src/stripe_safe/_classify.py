@@ -67,7 +67,7 @@ def _retry_after(error: stripe.StripeError) -> float | None:
         return None
 
 
-def _error_code(error: stripe.StripeError) -> str | None:
+def error_code(error: stripe.StripeError) -> str | None:
     """The API error code (``card_declined``, ``idempotency_key_in_use``); APIError keeps it only in .error."""
     return error.code or (error.error.code if error.error is not None else None)
 
@@ -101,17 +101,17 @@ def _connection(error: stripe.APIConnectionError) -> Verdict:
 def classify(error: BaseException) -> Verdict:
     """The verdict for one exception from a Stripe write; unrecognised means unknown, never definitive."""
     if isinstance(error, stripe.RateLimitError):  # 429: rate limiting runs before the endpoint executes
-        return Verdict.of(error, Outcome.RETRYABLE, _error_code(error) or "rate_limit", retry_after=_retry_after(error))
+        return Verdict.of(error, Outcome.RETRYABLE, error_code(error) or "rate_limit", retry_after=_retry_after(error))
     if isinstance(error, stripe.StripeError) and error.http_status == 409:
         # a request under the same key (or on the same object) still runs; v2 types "key in use" as an
         # IdempotencyError, which is final only as a 400 (the key reused with other params)
-        return Verdict.of(error, Outcome.UNKNOWN, _error_code(error) or "http_409")
+        return Verdict.of(error, Outcome.UNKNOWN, error_code(error) or "http_409")
     if isinstance(error, _CREDENTIALS):
-        return Verdict.credentials_refused(error, _error_code(error))
+        return Verdict.credentials_refused(error, error_code(error))
     if isinstance(error, _FINAL) or (isinstance(error, stripe.StripeError) and _refused(error)):
-        return Verdict.of(error, Outcome.FINAL, _error_code(error), provider_result_id=_declined_object(error))
+        return Verdict.of(error, Outcome.FINAL, error_code(error), provider_result_id=_declined_object(error))
     if isinstance(error, stripe.APIConnectionError):
         return _connection(error)
     if isinstance(error, stripe.StripeError):  # APIError: 409 key in use, 5xx, unparseable answers
-        return Verdict.of(error, Outcome.UNKNOWN, _error_code(error) or f"http_{error.http_status}")
+        return Verdict.of(error, Outcome.UNKNOWN, error_code(error) or f"http_{error.http_status}")
     return Verdict.of(error, Outcome.UNKNOWN, "unrecognised")

@@ -43,6 +43,7 @@ from safe_effects import (
 )
 
 from ._adapter import StripeAdapter, StripeCall, scope_options
+from ._classify import error_code
 from ._contract import (
     CONNECT_TIMEOUT,
     NO_READ_BACK,
@@ -92,6 +93,13 @@ def _no_replay(contract: ProviderContract, record: EffectRecord) -> str:
     if deadline is None:
         return f"{record.operation} has no same-key replay"
     return f"Stripe's key window for a same-key replay closed at {deadline.isoformat()} (margin included)"
+
+
+def _error_label(error: stripe.StripeError) -> str:
+    """A Stripe error by class, code and HTTP status: its message can quote the call's params (an email, a
+    return URL), and this text reaches worker logs; the error itself stays the ``__cause__``."""
+    status = f"HTTP {error.http_status}" if error.http_status is not None else "no HTTP status"
+    return f"{type(error).__name__}: {error_code(error) or 'no code'}, {status}"
 
 
 def _refuse_reserved_headers(options: RequestOptions | None) -> None:
@@ -313,7 +321,7 @@ class _LedgerRequestor(_APIRequestor):
         try:
             answer = self.adapter.dispatch(request, record.provider_key)
         except stripe.StripeError as failed:
-            raise AnswerUnavailable(record, f"the same-key replay failed: {failed}") from failed
+            raise AnswerUnavailable(record, f"the same-key replay failed ({_error_label(failed)})") from failed
         replayed = answer.last_response is not None and answer.last_response.headers.get("Idempotent-Replayed")
         if replayed != "true":
             made = answer.to_dict(recursive=False).get("id") or "an object"
