@@ -211,6 +211,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "SendPayload",
         "SesAdapter",
         "TENANT_TAG",
+        "UntrustedTopic",
         "adapter_from_env",
         "boundary_config",
         "classify",

@@ -14,7 +14,7 @@ import boto3
 import botocore.session
 import pytest
 from botocore.credentials import RefreshableCredentials
-from botocore.exceptions import CredentialRetrievalError, UnknownServiceError
+from botocore.exceptions import CredentialRetrievalError, ParamValidationError, UnknownServiceError
 from botocore.stub import ANY, Stubber
 
 import ses_safe
@@ -201,8 +201,13 @@ def _streamed_to_a_str(email: dict[str, Any]) -> None:
     ("service", "method", "slip", "problem"),
     [
         ("sesv2", "send_email", _misspelt, 'Unknown parameter in input: "FromEmailAdress"'),
-        ("sesv2", "send_email", _int_body, "Invalid type for parameter Content.Simple.Body.Text.Data, value: 2599"),
-        ("sesv2", "send_email", lambda email: email.update(Content="Thanks."), "Invalid type for parameter Content,"),
+        ("sesv2", "send_email", _int_body, "Invalid type for parameter Content.Simple.Body.Text.Data: got int"),
+        (
+            "sesv2",
+            "send_email",
+            lambda email: email.update(Content="Thanks."),
+            "Invalid type for parameter Content: got str, valid types: dict",
+        ),
         (
             "ses",
             "send_email",
@@ -211,7 +216,12 @@ def _streamed_to_a_str(email: dict[str, Any]) -> None:
         ),
         ("ses", "send_raw_email", lambda email: email.update(RawMessage={"Bytes": RAW}), 'in RawMessage: "Bytes"'),
         ("ses", "send_raw_email", _streamed_to_a_str, "Invalid type for parameter Destinations"),
-        ("ses", "send_templated_email", lambda email: email.update(TemplateData={}), "parameter TemplateData,"),
+        (
+            "ses",
+            "send_templated_email",
+            lambda email: email.update(TemplateData={}),
+            "parameter TemplateData: got dict, valid types: str",
+        ),
     ],
 )
 def test_a_call_botocore_refuses_client_side_is_invalid_input_and_the_fixed_call_keeps_the_key(
@@ -247,6 +257,39 @@ def test_a_call_botocore_refuses_client_side_is_invalid_input_and_the_fixed_call
     [sent] = env.sent()
     assert ledger.get(KEY).status is EffectStatus.CONFIRMED
     assert ledger.get(KEY).provider_result_id == answer["MessageId"] == sent["id"]
+
+
+_ADDRESS = "jane.doe@example.com"
+_BODY = "Dear Jane, your test result is ready"
+
+
+@pytest.mark.parametrize(
+    ("slip", "problem"),
+    [
+        (
+            lambda email: email["Content"]["Simple"]["Body"].update(Text=_BODY),
+            "Invalid type for parameter Content.Simple.Body.Text: got str, valid types: dict",
+        ),
+        (
+            lambda email: email["Destination"].update(ToAddresses=_ADDRESS),
+            "Invalid type for parameter Destination.ToAddresses: got str, valid types: list, tuple",
+        ),
+    ],
+)
+def test_invalid_input_names_the_parameter_and_never_quotes_its_value(
+    env: Any, ledger: Ledger, v2_email: dict[str, Any], slip: Slip, problem: str
+) -> None:
+    """botocore's report quotes the value (a recipient, a message body) and job runners log an error's text:
+    the typed error says where and what was wrong; botocore's own error, values and all, is its cause."""
+    bad = copy.deepcopy(v2_email)
+    slip(bad)
+    with pytest.raises(InvalidInput, match=re.escape(problem)) as refused:
+        env.sesv2.send_email(IntentKey=KEY, **bad)
+    assert _ADDRESS not in str(refused.value)
+    assert _BODY not in str(refused.value)
+    assert isinstance(refused.value.__cause__, ParamValidationError)
+    assert _ADDRESS in str(refused.value.__cause__) or _BODY in str(refused.value.__cause__)
+    assert env.proxy.exchanges == []
 
 
 @pytest.mark.parametrize(

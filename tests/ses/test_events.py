@@ -10,7 +10,15 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 import ses_safe
-from safe_effects import EffectStatus, EffectUnknown, EvidenceVerdict, IntentKey, Ledger, PrometheusObserver
+from safe_effects import (
+    EffectStatus,
+    EffectUnknown,
+    EvidenceVerdict,
+    IntentKey,
+    InvalidInput,
+    Ledger,
+    PrometheusObserver,
+)
 from safe_effects.testing import Fault
 from ses_safe import INTENT_TAG, IngestOutcome, ingest_event, intent_tag, tenant_tag
 from ses_safe.testing import MotoFaultProxy, intent_tags, moto_sent_messages, ses_event, sns_envelope
@@ -319,3 +327,63 @@ def test_a_failure_event_after_a_confirmed_send_is_kept_counted_and_logged(
     delivered = ses_event("Delivery", message_id=answer["MessageId"], tags=tags)
     assert ingest_event(watched, sns_envelope(delivered)).outcome is IngestOutcome.RECORDED
     assert registry.get_sample_value("safe_effects_contradicting_evidence_total", labels) == 1  # only refusals
+
+
+SES_TOPIC = "arn:aws:sns:us-east-1:123456789012:ses"
+EVIL_TOPIC = "arn:aws:sns:us-east-1:000000000000:evil"
+
+
+def test_an_envelope_from_an_unexpected_topic_is_refused_and_records_nothing(
+    ledger: Ledger, unknown_send: tuple[str, dict[str, str]]
+) -> None:
+    """The SNS signature is not verified: a forged Reject would settle the unknown send as rejected and invite
+    a resend (a duplicate email). With ``expected_topic_arns`` only the SES topic's envelopes are taken."""
+    message_id, tags = unknown_send
+    reject = ses_event("Reject", message_id=message_id, tags=tags)
+    expected = {SES_TOPIC}
+    for forged in (sns_envelope(reject, topic_arn=EVIL_TOPIC), json.dumps(reject)):  # another topic; no envelope
+        with pytest.raises(ses_safe.UntrustedTopic) as refused:
+            ingest_event(ledger, forged, expected_topic_arns=expected)
+        assert refused.value.code == "untrusted_topic"
+        _nothing_recorded(ledger)
+    assert refused.value.topic_arn is None
+    sqs_wrapped = {"MessageId": "q", "ReceiptHandle": "r", "Body": sns_envelope(reject, topic_arn=EVIL_TOPIC)}
+    with pytest.raises(ses_safe.UntrustedTopic, match=EVIL_TOPIC):
+        ingest_event(ledger, sqs_wrapped, expected_topic_arns=expected)
+    _nothing_recorded(ledger)
+
+    delivered = sns_envelope(ses_event("Delivery", message_id=message_id, tags=tags), topic_arn=SES_TOPIC)
+    assert ingest_event(ledger, delivered, expected_topic_arns=expected).outcome is IngestOutcome.RECORDED
+    assert ledger.get(KEY).status is EffectStatus.CONFIRMED
+
+
+@pytest.mark.parametrize("topics", [SES_TOPIC, [], [""]])
+def test_expected_topic_arns_that_can_only_be_a_mistake_are_invalid_input(
+    ledger: Ledger, queue: tuple[Any, str], topics: Any
+) -> None:
+    with pytest.raises(InvalidInput, match="expected_topic_arns"):
+        ingest_event(ledger, sns_envelope(ses_event("Send", message_id="m")), expected_topic_arns=topics)
+    with pytest.raises(InvalidInput, match="expected_topic_arns"):
+        ses_safe.SQSEventPoller(ledger, *queue, expected_topic_arns=topics)
+
+
+def test_the_poller_deletes_messages_from_an_unexpected_topic_unrecorded(
+    ledger: Ledger, queue: tuple[Any, str], unknown_send: tuple[str, dict[str, str]], caplog: pytest.LogCaptureFixture
+) -> None:
+    message_id, tags = unknown_send
+    sqs, queue_url = queue
+    forged = sns_envelope(ses_event("Reject", message_id=message_id, tags=tags), topic_arn=EVIL_TOPIC)
+    sqs.send_message(QueueUrl=queue_url, MessageBody=forged)
+    poller = ses_safe.SQSEventPoller(ledger, sqs, queue_url, visibility_timeout=0, expected_topic_arns=[SES_TOPIC])
+    with caplog.at_level(logging.WARNING, logger="ses_safe"):
+        assert poller.drain() == []
+    assert poller.counts == {"untrusted_topic": 1}
+    assert EVIL_TOPIC in caplog.text
+    assert "Messages" not in sqs.receive_message(QueueUrl=queue_url)  # deleted, never redelivered
+    _nothing_recorded(ledger)
+
+    genuine = sns_envelope(ses_event("Delivery", message_id=message_id, tags=tags), topic_arn=SES_TOPIC)
+    sqs.send_message(QueueUrl=queue_url, MessageBody=genuine)
+    poller.drain()
+    assert poller.counts == {"untrusted_topic": 1, "recorded": 1}
+    assert ledger.get(KEY).status is EffectStatus.CONFIRMED

@@ -4,7 +4,7 @@ from ._adapter import SendPayload, SesAdapter
 from ._classify import CREDENTIAL_CODES, FINAL_CODES, RETRYABLE_CODES, classify
 from ._client import INTENT_KWARG, MissingConfigurationSet, SafeSESClient, SafeSESv2Client, boundary_config, client
 from ._contract import CONTRACTS, PROVIDER, send_contract
-from ._events import IngestOutcome, IngestResult, event_verdict, ingest_event, unwrap
+from ._events import IngestOutcome, IngestResult, UntrustedTopic, event_verdict, ingest_event, unwrap
 from ._from_env import adapter_from_env
 from ._poller import SQSEventPoller
 from ._tags import INTENT_TAG, TENANT_TAG, ReservedTagName, intent_tag, tenant_tag
@@ -42,4 +42,5 @@ __all__ = [
     # errors
     "MissingConfigurationSet",
     "ReservedTagName",
+    "UntrustedTopic",
 ]

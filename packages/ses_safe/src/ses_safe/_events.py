@@ -1,14 +1,28 @@
-"""SES event notifications (SNS envelope, optionally inside an SQS body) turned into ledger evidence."""
+"""SES event notifications (SNS envelope, optionally inside an SQS body) turned into ledger evidence.
+
+The SNS signature is not verified: a payload is trusted as far as the path it came by. A forged Reject would
+settle an unknown send as rejected, which invites a resend, a duplicate email. Feed these functions only from
+a queue whose policy lets only your SES topic in (an SQS subscription), never from a public HTTPS endpoint,
+and pass ``expected_topic_arns`` so an envelope from any other topic is refused.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from safe_effects import Evidence, EvidenceVerdict, Ledger, bytes_digest, holds_unstorable_text
+from safe_effects import (
+    Evidence,
+    EvidenceVerdict,
+    InvalidInput,
+    Ledger,
+    SafeEffectsError,
+    bytes_digest,
+    holds_unstorable_text,
+)
 
 from ._contract import PROVIDER
 from ._tags import INTENT_TAG, TENANT_TAG, first_tag, tenant_tag
@@ -46,6 +60,21 @@ class IngestResult:
     reason: str | None = None
 
 
+class UntrustedTopic(SafeEffectsError):
+    """An SNS envelope from a topic not among ``expected_topic_arns`` (or no envelope to tell): refused, nothing
+    recorded. The signature is not verified, so the topic is what tells an SES event from a forged one."""
+
+    code = "untrusted_topic"
+
+    def __init__(self, topic_arn: str | None) -> None:
+        self.topic_arn = topic_arn
+        # a forged envelope's TopicArn is anyone's text: quoted, and cut to a length an ARN never exceeds
+        came = (
+            f"from topic {topic_arn[:256]!r}" if topic_arn is not None else "without an SNS envelope naming its topic"
+        )
+        super().__init__(f"an SES event {came}, not one of the expected_topic_arns: refused, nothing recorded")
+
+
 class _Malformed(ValueError):
     """Internal: the payload is not a well-formed SES event."""
 
@@ -69,6 +98,12 @@ def _loads(payload: str | bytes | Mapping[str, Any]) -> Mapping[str, Any]:
 
 def unwrap(payload: str | bytes | Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
     """The SES event and a stable event id, from an SQS message, an SNS envelope or a bare event."""
+    event, event_id, _ = _opened(payload)
+    return event, event_id
+
+
+def _opened(payload: str | bytes | Mapping[str, Any]) -> tuple[Mapping[str, Any], str, str | None]:
+    """:func:`unwrap`, and the envelope's ``TopicArn`` (None for a bare event, or an envelope without one)."""
     outer = _loads(payload)
     if isinstance(outer.get("Body"), str) and "ReceiptHandle" in outer:  # a boto3 SQS message
         outer = _loads(outer["Body"])
@@ -76,12 +111,26 @@ def unwrap(payload: str | bytes | Mapping[str, Any]) -> tuple[Mapping[str, Any],
         event = _loads(outer["Message"])
         envelope_id = outer.get("MessageId")
         event_id = envelope_id if isinstance(envelope_id, str) and envelope_id else bytes_digest(outer["Message"])
-        return event, event_id
+        topic = outer.get("TopicArn")
+        return event, event_id, topic if isinstance(topic, str) else None
     try:
         canonical = json.dumps(outer, sort_keys=True, default=str)
     except (TypeError, ValueError, RecursionError) as error:  # a caller's mapping: keys of mixed types, a cycle
         raise _Malformed(f"event is not JSON-shaped: {error}") from error
-    return outer, bytes_digest(canonical)
+    return outer, bytes_digest(canonical), None
+
+
+def checked_topics(expected_topic_arns: Collection[str] | None) -> frozenset[str] | None:
+    """``expected_topic_arns`` as a set, refused as :class:`InvalidInput` if it could only be a mistake: a bare
+    string (a collection of characters) or an empty collection (which would refuse every event)."""
+    if expected_topic_arns is None:
+        return None
+    if isinstance(expected_topic_arns, str | bytes):
+        raise InvalidInput(f"expected_topic_arns takes a collection of ARNs, got the string {expected_topic_arns!r}")
+    topics = frozenset(expected_topic_arns)
+    if not topics or not all(topics):
+        raise InvalidInput("expected_topic_arns must name at least one topic ARN, and no empty one")
+    return topics
 
 
 def _type_of(event: Mapping[str, Any]) -> str | None:
@@ -111,10 +160,27 @@ def event_verdict(event: Mapping[str, Any]) -> EvidenceVerdict:
     return EvidenceVerdict.INFORMATIONAL if kind is None else VERDICTS.get(kind, EvidenceVerdict.INFORMATIONAL)
 
 
-def ingest_event(ledger: Ledger, payload: str | bytes | Mapping[str, Any]) -> IngestResult:
-    """Record one SES event as evidence for the intent named by its tags; anything odd is skipped, never raised."""
+def ingest_event(
+    ledger: Ledger,
+    payload: str | bytes | Mapping[str, Any],
+    *,
+    expected_topic_arns: Collection[str] | None = None,
+) -> IngestResult:
+    """Record one SES event as evidence for the intent named by its tags; anything odd is skipped, never raised,
+    but for an envelope from a topic not expected (below), which is refused as :class:`UntrustedTopic`.
+
+    The SNS signature is NOT verified: the payload must come from a trusted queue (an SQS subscription whose
+    policy admits only your SES topic), never from a public HTTPS endpoint, where anyone could post a forged
+    Reject that settles an unknown send as rejected and so invites a duplicate email.
+    ``expected_topic_arns``: the SNS topics your SES events are published to; an envelope from any other
+    topic, or a payload with no envelope to tell, raises :class:`UntrustedTopic` and records nothing. Without
+    it every topic is taken, as before.
+    """
+    topics = checked_topics(expected_topic_arns)
     try:
-        event, event_id = unwrap(payload)
+        event, event_id, topic = _opened(payload)
+        if topics is not None and topic not in topics:
+            raise UntrustedTopic(topic)
         kind = _event_type(event)
         mail = event.get("mail")
         if not isinstance(mail, Mapping):

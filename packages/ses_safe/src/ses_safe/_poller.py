@@ -1,20 +1,26 @@
-"""A small SQS consumer for SES events: receive, ingest, delete, bounded per call."""
+"""A small SQS consumer for SES events: receive, ingest, delete, bounded per call.
+
+The SNS signature is not verified (see ``_events``): the queue is trusted, so restrict its policy to your SES
+topic, and name that topic in ``expected_topic_arns`` so a message from any other is refused.
+"""
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from safe_effects import Ledger
 
-from ._events import IngestResult, ingest_event
+from ._events import IngestResult, UntrustedTopic, checked_topics, ingest_event
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
 log = logging.getLogger(__name__)
 ERROR = "error"  # the counter key for messages left on the queue because ingesting them raised
+UNTRUSTED = "untrusted_topic"  # the counter key for messages from a topic not expected: deleted, nothing recorded
 
 
 class SQSEventPoller:
@@ -29,8 +35,12 @@ class SQSEventPoller:
         batch_size: int = 10,
         wait_seconds: int = 0,
         visibility_timeout: int | None = None,
+        expected_topic_arns: Collection[str] | None = None,
     ) -> None:
+        """``expected_topic_arns``: see :func:`ingest_event`; a message from another topic is counted under
+        ``"untrusted_topic"``, logged and deleted (it can never become trusted: redelivery would loop)."""
         self._ledger = ledger
+        self._topics = checked_topics(expected_topic_arns)
         self._sqs = sqs
         self._queue_url = queue_url
         self._batch_size = min(max(batch_size, 1), 10)  # SQS's own bounds
@@ -50,7 +60,12 @@ class SQSEventPoller:
         results: list[IngestResult] = []
         for message in self._sqs.receive_message(**options).get("Messages", []):
             try:
-                result = ingest_event(self._ledger, message.get("Body", ""))
+                result = ingest_event(self._ledger, message.get("Body", ""), expected_topic_arns=self._topics)
+            except UntrustedTopic as refused:
+                log.warning("SES event %s refused and deleted: %s", message.get("MessageId"), refused)
+                self.counts[UNTRUSTED] += 1
+                self._sqs.delete_message(QueueUrl=self._queue_url, ReceiptHandle=message["ReceiptHandle"])
+                continue
             except Exception:
                 log.exception("SES event %s not ingested; left on the queue", message.get("MessageId"))
                 self.counts[ERROR] += 1
