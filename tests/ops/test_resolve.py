@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from typer.testing import CliRunner
 
 from safe_effects import (
     ApprovalState,
@@ -23,6 +24,7 @@ from safe_effects import (
     UnknownTenant,
 )
 from safe_effects._store_url import parse_postgres_url  # the store's own reading of its URL
+from safe_effects.cli._app import app
 
 if TYPE_CHECKING:
     from conftest import Ops
@@ -411,3 +413,17 @@ def test_a_providers_event_stamped_by_a_lagging_clock_still_stops_a_contradictin
     assert "webhook event 'evt-1' (delivered) says the provider confirms" in refused.stderr
     assert ops.ledger.get(KEY) == record
     assert len(ops.fake.effects()) == 1
+
+
+@pytest.mark.parametrize(
+    ("command", "option"),
+    [("resolve", "--reason"), ("resolve", "--evidence"), ("decline", "--reason"), ("approve", "--reason")],
+)
+def test_the_free_text_options_warn_that_they_are_kept_for_good(command: str, option: str) -> None:
+    """What an operator types there lands in the append-only audit trail, which purge never removes: the help
+    says so where it is typed, so no customer's name or address goes in."""
+    shown = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "400", "NO_COLOR": "1"})
+    assert shown.exit_code == 0
+    line = next(line for line in shown.stdout.splitlines() if f" {option} " in line)
+    assert "append-only audit trail, which purge never removes" in " ".join(line.split())
+    assert "never personal data" in line

@@ -13,7 +13,18 @@ from safe_effects._states import EffectStatus
 from safe_effects._tenants import DEFAULT_TENANT
 from safe_effects._thresholds import ENV_THRESHOLDS, ApprovalThresholds
 
-from ._common import AsJson, OperatorName, ReasonText, StoreUrl, Tenant, emit, opened, print_json, table
+from ._common import (
+    NO_PERSONAL_DATA,
+    AsJson,
+    OperatorName,
+    ReasonText,
+    StoreUrl,
+    Tenant,
+    emit,
+    opened,
+    print_json,
+    table,
+)
 
 
 class Settle(StrEnum):
@@ -57,7 +68,9 @@ def resolve(
     reason: ReasonText,
     expect_version: Annotated[int, typer.Option("--expect-version", help="The version `show` displayed.")],
     provider_id: Annotated[str | None, typer.Option("--provider-id", help="Provider's id (to confirm).")] = None,
-    evidence: Annotated[str | None, typer.Option("--evidence", help="Where you saw it (to confirm).")] = None,
+    evidence: Annotated[
+        str | None, typer.Option("--evidence", help=f"Where you saw it (to confirm). {NO_PERSONAL_DATA}")
+    ] = None,
     tenant: Tenant = DEFAULT_TENANT,
     approval_threshold: Thresholds = None,
     as_json: AsJson = False,
@@ -85,7 +98,9 @@ def approve(
     store: StoreUrl,
     operator: OperatorName,
     tenant: Tenant = DEFAULT_TENANT,
-    reason: Annotated[str | None, typer.Option("--reason", help="Optional note from the approver.")] = None,
+    reason: Annotated[
+        str | None, typer.Option("--reason", help=f"Optional note from the approver. {NO_PERSONAL_DATA}")
+    ] = None,
     as_json: AsJson = False,
 ) -> None:
     """Apply another operator's pending resolution (you cannot approve your own)."""
