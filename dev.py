@@ -40,6 +40,17 @@ def venv_version() -> str | None:
     return None
 
 
+def venv_moved() -> bool:
+    """Whether ./.venv was copied or moved here from elsewhere (`cp -a` of a checkout): its scripts still start
+    the other venv's Python, so `.venv/bin/pip install x` would install x there. A script names its Python on
+    its first line, or (a long path) on the second, after a `#!/bin/sh` line."""
+    pip = VENV / "bin" / "pip"
+    if not pip.exists():
+        return False
+    head = pip.read_bytes()[:4096].decode(errors="replace").splitlines()[:2]
+    return not any(str(venv_python()) in line for line in head)
+
+
 def run(*args: str | Path) -> None:
     print("+", " ".join(str(a) for a in args), flush=True)
     subprocess.run([str(a) for a in args], cwd=ROOT, check=True)
@@ -52,7 +63,9 @@ def setup() -> None:
     made_with = venv_version()
     if made_with is not None and made_with != running:  # `python3.13 dev.py test` tests on 3.13, not the old venv
         print(f"./.venv is Python {made_with}, this is {running}: making it again", flush=True)
-    if made_with != running or not venv_python().exists():
+    elif venv_moved():
+        print("./.venv was copied from another checkout (its scripts start that one's Python): made anew", flush=True)
+    if made_with != running or not venv_python().exists() or venv_moved():
         venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
     py = venv_python()
     run(py, "-m", "pip", "install", "--quiet", "--upgrade", "pip>=25.1")

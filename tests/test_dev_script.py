@@ -38,3 +38,23 @@ def test_the_venvs_python_is_read_from_its_config(dev: ModuleType, config: str, 
 
 def test_no_venv_has_no_version(dev: ModuleType) -> None:
     assert dev.venv_version() is None
+
+
+@pytest.mark.parametrize(
+    ("shebang", "moved"),
+    [
+        ("#!{venv}/bin/python", False),
+        ('#!/bin/sh\n\'\'\'exec\' "{venv}/bin/python" "$0" "$@"', False),  # pip's form for a long path
+        ("#!/elsewhere/.venv/bin/python", True),
+        ('#!/bin/sh\n\'\'\'exec\' "/elsewhere/.venv/bin/python" "$0" "$@"', True),
+    ],
+)
+def test_a_venv_copied_from_another_checkout_is_made_again(dev: ModuleType, shebang: str, moved: bool) -> None:
+    """A `cp -a` of a checkout copies ./.venv too: its pip would install into the original's venv."""
+    (dev.VENV / "bin").mkdir(parents=True)
+    (dev.VENV / "bin" / "pip").write_text(shebang.format(venv=dev.VENV) + "\nimport sys\n")
+    assert dev.venv_moved() is moved
+
+
+def test_a_venv_without_pip_is_not_taken_for_a_copy(dev: ModuleType) -> None:
+    assert dev.venv_moved() is False
