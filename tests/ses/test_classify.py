@@ -37,7 +37,16 @@ FINAL = [
     "NotFoundException",
     "LimitExceededException",
 ]
-RETRYABLE = ["Throttling", "TooManyRequestsException"]
+RETRYABLE = [
+    "Throttling",
+    "ThrottlingException",
+    "TooManyRequestsException",
+    "ThrottledException",
+    "RequestThrottledException",
+    "RequestThrottled",
+    "RequestLimitExceeded",
+    "SlowDown",
+]
 CREDENTIALS = [
     "AccessDenied",
     "AccessDeniedException",

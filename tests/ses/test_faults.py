@@ -135,7 +135,12 @@ def test_v1_body_cut_mid_way_is_unknown_until_the_delivery_event(
 
 
 @pytest.mark.parametrize(
-    ("service", "code", "status"), [("sesv2", "TooManyRequestsException", 429), ("ses", "Throttling", 400)]
+    ("service", "code", "status"),
+    [
+        ("sesv2", "TooManyRequestsException", 429),
+        ("sesv2", "ThrottlingException", 400),  # the daily quota, or the rate: a 400 that is not a refusal
+        ("ses", "Throttling", 400),
+    ],
 )
 def test_throttled_send_is_retried_in_the_boundary_and_sent_once(
     env: Any, emails: dict[str, dict[str, Any]], service: str, code: str, status: int

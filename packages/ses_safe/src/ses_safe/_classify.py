@@ -52,8 +52,21 @@ CREDENTIAL_CODES = frozenset(
         "RequestTimeTooSkewed",
     }
 )
-# Rate or daily quota exceeded: SES drops the request, the same send may go again later.
-RETRYABLE_CODES = frozenset({"Throttling", "TooManyRequestsException"})
+# Rate or daily quota exceeded: SES drops the request, the same send may go again later. SES's guide names
+# Throttling (v1) and ThrottlingException (v2, a 400: by its status alone it would end the send rejected, for
+# good); the rest are the throttling codes botocore's own retry logic knows, any of which a gateway may answer.
+RETRYABLE_CODES = frozenset(
+    {
+        "Throttling",
+        "ThrottlingException",
+        "TooManyRequestsException",
+        "ThrottledException",
+        "RequestThrottledException",
+        "RequestThrottled",
+        "RequestLimitExceeded",
+        "SlowDown",
+    }
+)
 # Raised while boto3 resolves credentials to sign with (no credentials, an instance-metadata or container
 # endpoint timing out, an expired SSO token): before any request, so the send goes once they are back.
 CREDENTIAL_ERRORS = (
