@@ -168,6 +168,24 @@ def test_parameter_mismatch_is_refused_before_sending(env: Env) -> None:
     assert env.record().status is EffectStatus.CONFIRMED
 
 
+def test_a_declined_charge_whose_answer_was_lost_is_rejected_by_its_lookup_not_confirmed(env: Env) -> None:
+    """Stripe keeps the declined charge (status "failed"); found by the search, it proves no money moved."""
+    declined = {"amount": 300, "currency": "eur", "source": "tok_chargeDeclined"}
+    env.fake.inject(Fault.drop_after_commit(path_prefix="/v1/charges"))
+    with pytest.raises(EffectUnknown):
+        env.client.v1.charges.create(params=declined, options={"idempotency_key": KEY})  # type: ignore[arg-type]
+    env.clock.advance(KEY_WINDOW_PASSED)  # no replay now: only the lookup can settle it
+
+    with pytest.raises(EffectRejected):
+        env.client.v1.charges.create(params=declined, options={"idempotency_key": KEY})  # type: ignore[arg-type]
+
+    [charge] = env.fake.charges
+    assert (charge["status"], charge["captured"]) == ("failed", False)
+    assert env.posts() == 1
+    record = env.record()
+    assert (record.status, record.provider_result_id) == (EffectStatus.REJECTED, charge["id"])
+
+
 def test_lost_response_is_unknown_then_a_same_key_replay_confirms_one_payment_intent(env: Env) -> None:
     env.fake.inject(Fault.drop_after_commit(path_prefix="/v1/payment_intents"))
     with pytest.raises(EffectUnknown):

@@ -88,7 +88,7 @@ def _stamped_for(objects: list[dict[str, Any]], record: EffectRecord) -> tuple[l
 
 
 def _found(obj: Mapping[str, Any], method: str, **detail: Any) -> LookupResult:
-    """FOUND, or REFUSED for a PaymentIntent whose card was declined (it exists, nothing was charged)."""
+    """FOUND, or REFUSED for a declined PaymentIntent or failed Charge (it exists, nothing was charged)."""
     status = LookupStatus.REFUSED if declined(obj) else LookupStatus.FOUND
     return LookupResult(
         status,

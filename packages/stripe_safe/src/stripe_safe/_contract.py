@@ -356,7 +356,11 @@ def matches_intent(obj: Mapping[str, Any], intent_key: str, tenant: str) -> bool
 
 
 def declined(obj: Mapping[str, Any]) -> bool:
-    """A PaymentIntent the create-and-confirm left declined: it exists, but the charge was refused."""
+    """An object a declined payment left behind: it exists, but no money moved. A PaymentIntent the
+    create-and-confirm left waiting for another payment method, or a Charge that failed (Stripe keeps a declined
+    ``charges.create`` as a Charge with status ``failed``)."""
+    if obj.get("object") == "charge":
+        return obj.get("status") == "failed"
     return (
         obj.get("object") == "payment_intent"
         and bool(obj.get("last_payment_error"))
