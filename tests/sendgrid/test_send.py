@@ -42,6 +42,20 @@ def test_send_without_an_intent_key_is_refused_before_anything(
     assert count() == before
 
 
+def test_a_send_impersonating_a_subuser_is_refused_before_anything(
+    make_sg: Callable[..., SendGridAPIClient], fake: FakeSendGrid, ledger: Ledger, key: str, mail: Any
+) -> None:
+    """SendGrid's Mail Send takes no On-Behalf-Of: the mail would leave from another account than the one the
+    lookups search."""
+    sg = make_sg(impersonate_subuser="sub1")
+    with pytest.raises(InvalidInput, match="subuser's own API key"):
+        sg.send(mail(), intent_key=key)
+    assert fake.requests() == []
+    with pytest.raises(IntentNotFound):
+        ledger.get(key)
+    assert sg._default_headers["On-Behalf-Of"] == "sub1"  # other endpoints keep impersonating, as the SDK's
+
+
 def test_a_send_is_the_sdks_response_and_a_repeat_comes_from_the_ledger(
     sg: SendGridAPIClient, fake: FakeSendGrid, record: Record, key: str, mail: Any
 ) -> None:

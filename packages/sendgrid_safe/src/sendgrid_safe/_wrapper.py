@@ -11,6 +11,7 @@ from safe_effects import (
     EffectRecord,
     EffectRequest,
     IntentKey,
+    InvalidInput,
     Ledger,
     MissingIntentKey,
     check_ledger,
@@ -55,6 +56,14 @@ class SendGridAPIClient:
         answer as a LedgerResponse; either says ``.from_ledger`` (whether no provider call was made)."""
         if intent_key is None:
             raise MissingIntentKey("SendGridAPIClient.send needs intent_key=...: SendGrid has no idempotency")
+        if self._sdk.impersonate_subuser:
+            # SendGrid's docs: "The on-behalf-of header does not work with the Mail Send API". Sent anyway, the
+            # mail goes from another account than the subuser's, whose Email Activity the lookups would search
+            raise InvalidInput(
+                f"a mail send cannot impersonate a subuser ({self._sdk.impersonate_subuser!r}): SendGrid's Mail Send "
+                "takes no On-Behalf-Of header; build this client with the subuser's own API key to send as the "
+                "subuser (and give the reconciler that key); nothing was sent or recorded"
+            )
         body = _rules.message_body(message)
         key = IntentKey.parse(intent_key)
         # stamp() is pure and is exactly what dispatch will do: run it now, so a message it refuses (our
