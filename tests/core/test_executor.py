@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -39,6 +37,8 @@ from safe_effects import (
     UnknownTenant,
 )
 from safe_effects.testing import FakeClock, FakeFailure, GenericFakeAdapter, GenericFakeProvider, generic_contract
+
+from ._time_limits import JobTimeLimit, time_limit
 
 KEY = "invoice:inv_42:collect:v1"
 CHARGE = EffectRequest(operation="charge", params={"amount": 2000, "currency": "eur"})
@@ -515,53 +515,78 @@ def test_exhausted_retries_defer_and_a_later_call_dispatches(env: Env) -> None:
     assert len(env.fake.requests()) == 5
 
 
-class JobTimeLimit(Exception):
-    """What Celery's soft time limit and RQ's job timeout raise: a plain exception, from a signal handler."""
-
-
-@contextmanager
-def time_limit(seconds: float) -> Iterator[None]:
-    """Raise :class:`JobTimeLimit` in this thread after ``seconds``, as a job runner's SIGALRM handler does."""
-
-    def expire(signum: int, frame: object) -> None:
-        raise JobTimeLimit(f"the job ran past its {seconds} s limit")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 @pytest.mark.parametrize(
-    ("limit", "first_wait", "refused_before"),
-    [(0.2, 5.0, 1), (0.6, 0.3, 2)],  # the limit lands in the first wait, or in one between later attempts
-    ids=["first wait", "later wait"],
+    ("limit", "first_wait", "refusals", "recorded"),
+    [
+        (0.2, 5.0, [FakeFailure.REFUSED], "FakeRefused"),  # the limit lands in the first wait
+        (0.6, 0.3, [FakeFailure.REFUSED] * 2, "FakeRefused"),  # in a wait between later attempts
+        # a 429 asking for 10 ms, then a refused connection: the wait cut short follows the latter
+        (0.3, 0.3, [FakeFailure.RATE_LIMITED, FakeFailure.REFUSED], "FakeRefused"),
+    ],
+    ids=["first wait", "later wait", "after another refusal"],
 )
 @pytest.mark.parametrize("dedupe", [True, False], ids=["keyed", "no keys"])
 def test_a_time_limit_during_the_back_off_puts_the_intent_back_so_the_next_call_sends_it(
-    store_url: str, tmp_path: Path, dedupe: bool, limit: float, first_wait: float, refused_before: int
+    store_url: str,
+    tmp_path: Path,
+    dedupe: bool,
+    limit: float,
+    first_wait: float,
+    refusals: list[FakeFailure],
+    recorded: str,
 ) -> None:
     """Left in flight, a send only refusals ever answered became unknown at lease expiry: for a provider
     without keys (SendGrid, SES) never resent, an email lost for good."""
     env = make_env(store_url, tmp_path, dedupe=dedupe)
-    env.fake.fail_next(FakeFailure.REFUSED, FakeFailure.REFUSED)  # connection refused: no Retry-After hint
+    env.fake.fail_next(*refusals)  # a refused connection has no Retry-After hint: the policy's back-off applies
     slow = Ledger(env.ledger.store, clock=env.clock, retry=RetryPolicy(initial_wait=first_wait, max_wait=10.0))
     with pytest.raises(JobTimeLimit), time_limit(limit):
         slow.execute(env.adapter, CHARGE, intent_key=KEY)  # waits of first_wait, then twice that
 
     record = env.record()
-    assert (record.status, record.lease_owner, record.last_error_code) == (EffectStatus.PREPARED, None, "interrupted")
-    assert [outcome for _, outcome in env.fake.requests()] == ["refused"] * refused_before
+    assert (record.status, record.lease_owner) == (EffectStatus.PREPARED, None)
+    assert (record.last_error_class, record.last_error_code) == (recorded, "interrupted")
+    assert [outcome for _, outcome in env.fake.requests()] == [failure.value for failure in refusals]
     assert env.fake.effects() == []
 
     receipt = env.other_ledger().execute(env.adapter, CHARGE, intent_key=KEY)  # the job's retry, at once
 
     assert receipt.record.status is EffectStatus.CONFIRMED
-    assert [outcome for _, outcome in env.fake.requests()] == ["refused", "refused", "ok"]
+    assert [outcome for _, outcome in env.fake.requests()] == [*(failure.value for failure in refusals), "ok"]
     assert len(env.fake.effects()) == 1
+
+
+def test_a_time_limit_during_a_replays_back_off_leaves_the_intent_unknown(env: Env) -> None:
+    """A replay's earlier attempt may have acted: cut short, it goes back to unknown, as when its retries run out."""
+    env.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
+    with pytest.raises(EffectUnknown):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    env.fake.fail_next(FakeFailure.REFUSED)
+    slow = Ledger(env.ledger.store, clock=env.clock, retry=RetryPolicy(initial_wait=5.0, max_wait=10.0))
+    with pytest.raises(JobTimeLimit), time_limit(0.2):
+        slow.execute(env.adapter, CHARGE, intent_key=KEY)  # the same-key replay, refused, then waiting
+
+    record = env.record()
+    assert (record.status, record.lease_owner, record.last_error_code) == (EffectStatus.UNKNOWN, None, "interrupted")
+    assert len(env.fake.effects()) == 1
+    assert env.ledger.execute(env.adapter, CHARGE, intent_key=KEY).record.status is EffectStatus.CONFIRMED
+    assert len(env.fake.effects()) == 1
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+def test_a_shutdown_during_the_back_off_puts_the_intent_back_and_raises_on(
+    env: Env, interrupt: type[BaseException]
+) -> None:
+    env.fake.fail_next(FakeFailure.REFUSED)
+    slow = Ledger(env.ledger.store, clock=env.clock, retry=RetryPolicy(initial_wait=5.0, max_wait=10.0))
+
+    def stop() -> None:
+        raise interrupt("shutting down")
+
+    with pytest.raises(interrupt), time_limit(0.2, first=stop):
+        slow.execute(env.adapter, CHARGE, intent_key=KEY)
+    assert (env.record().status, env.record().lease_owner) == (EffectStatus.PREPARED, None)
+    assert env.fake.effects() == []
 
 
 def test_a_deferred_replay_stays_unknown_and_never_redispatches_past_the_window(env: Env) -> None:

@@ -44,7 +44,9 @@ from safe_effects import (
     open_store,
     purge_settled,
 )
-from safe_effects.testing import FakeClock, GenericFakeAdapter, GenericFakeProvider, generic_contract
+from safe_effects.testing import FakeClock, FakeFailure, GenericFakeAdapter, GenericFakeProvider, generic_contract
+
+from ._time_limits import JobTimeLimit, time_limit
 
 if TYPE_CHECKING:
     pass
@@ -172,6 +174,29 @@ def test_a_claim_the_ledger_cannot_write_sends_nothing(
     assert adapter.dispatches == []
     assert fake.effects() == []
     assert ledger.get(KEY).status is S.PREPARED
+
+
+def test_a_back_off_cut_short_while_the_ledger_is_down_is_sent_by_this_ledgers_next_call(
+    short_wait_ledger: tuple[Ledger, Blocker], adapter: HookedAdapter, fake: GenericFakeProvider
+) -> None:
+    """A job's time limit lands in the wait after a refused connection, and the ledger cannot take the write
+    back to prepared: only refusals were met, so the job's retry in this process sends it at once (another
+    worker would wait out the lease, then reconcile)."""
+    ledger, blocker = short_wait_ledger
+    slow = Ledger(ledger.store, retry=RetryPolicy(initial_wait=5.0, max_wait=10.0), lease=LEASE)
+    fake.fail_next(FakeFailure.REFUSED)
+    with pytest.raises(JobTimeLimit), time_limit(0.2, first=blocker.hold):
+        slow.execute(adapter, REQUEST, intent_key=KEY)
+    blocker.release()
+    left = slow.get(KEY)
+    assert (left.status, left.lease_owner) == (S.IN_FLIGHT, slow.worker_id)  # the write back did not happen
+    assert fake.effects() == []
+
+    receipt = slow.execute(adapter, REQUEST, intent_key=KEY)  # the job's retry, in the same process
+
+    assert receipt.record.status is S.CONFIRMED
+    assert [outcome for _, outcome in fake.requests()] == ["refused", "ok"]
+    assert len(fake.effects()) == 1
 
 
 # -- PostgreSQL: connections, isolation, names, URLs ----------------------------------------------------------
@@ -546,10 +571,6 @@ def test_the_checkout_ping_works_on_sockets_past_select_s_limit(store_url: str) 
         for fd in held:
             os.close(fd)
     assert counts == [[], [], []]
-
-
-class JobTimeLimit(BaseException):
-    """What a job framework raises into a worker at its time limit (RQ's JobTimeoutException, Celery's)."""
 
 
 @pytest.mark.postgres

@@ -807,22 +807,19 @@ class Ledger:
                 record=unknown,
             ) from settled.error
         except BackoffCut as cut:  # a job's time limit or a shutdown while a retry waited: nothing was sent
-            # back to where the refusals left it, in one write (the process may be stopping), and the
-            # interruption raised on, for the job runner to see; a ledger that cannot take the write leaves
-            # the lease to expire, as for a worker killed outright
+            # back to where the refusals left it, and the interruption raised on, for the job runner to see
             back_to = S.UNKNOWN if method == "key_replay" else S.PREPARED
-            changes = {**_NO_LEASE, "last_error_class": cut.verdict.error_class, "last_error_code": "interrupted"}
-            with contextlib.suppress(Exception):
-                self._move(record, back_to, f"back-off interrupted: {type(cut.interruption).__qualname__}", changes)
+            why = f"back-off interrupted: {type(cut.interruption).__qualname__}"
+            if not self._last_write(record, back_to, why, cut.verdict.error_class) and back_to is S.PREPARED:
+                # left in flight, but only refused: this ledger's next call (a job's retry, in this process) takes
+                # the claim back and sends, as for a claim whose write went unacknowledged
+                assert record.lease_token is not None
+                self._unsent.failed(record, record.lease_token, self.clock())
             raise cut.interruption from None
         except (KeyboardInterrupt, SystemExit) as interrupted:  # a shutdown handler's exit, mid-request
-            # recorded unknown now, so a restarted worker reconciles at once instead of waiting out the lease:
-            # one write, no retries (the process is stopping), and a ledger that cannot take it leaves the lease
-            # to expire, as for a worker killed outright
+            # recorded unknown now, so a restarted worker reconciles at once instead of waiting out the lease
             kind = type(interrupted).__qualname__
-            changes = {**_NO_LEASE, "last_error_class": kind, "last_error_code": "interrupted"}
-            with contextlib.suppress(Exception):
-                self._move(record, S.UNKNOWN, f"interrupted: {kind}", changes)
+            self._last_write(record, S.UNKNOWN, f"interrupted: {kind}", kind)
             raise
         self.crash_plan.hit(CrashPoint.AFTER_RESPONSE)
         try:
@@ -844,6 +841,16 @@ class Ledger:
             before_commit=self._receipt_crash_hook(),
         )
         return Receipt(record=confirmed, response=response)
+
+    def _last_write(self, record: EffectRecord, to: EffectStatus, reason: str, error_class: str) -> bool:
+        """Release ``record`` to ``to`` as a stopping call's last act: one write, no retries (the process may be
+        stopping); whether it was written. Unwritten, the lease expires as for a worker killed outright."""
+        changes = {**_NO_LEASE, "last_error_class": error_class, "last_error_code": "interrupted"}
+        try:
+            self._move(record, to, reason, changes)
+        except Exception:  # a ledger that cannot take it now: see above
+            return False
+        return True
 
     def _lease_left(self, record: EffectRecord) -> float:
         """Seconds until ``record``'s lease lapses by this ledger's clock; none left without a lease."""

@@ -118,11 +118,18 @@ def _retry(
     ):
         raise refused
 
+    latest = [refused]  # the refusal the coming wait follows
+
+    def note(state: RetryCallState) -> None:
+        failure = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(failure, Retryable):
+            latest[0] = failure
+
     def wait(seconds: float) -> None:
         try:
             sleep(seconds)
         except BaseException as interruption:  # only refusals were met: say so, whatever cut the wait short
-            raise BackoffCut(refused, interruption) from interruption
+            raise BackoffCut(latest[0], interruption) from interruption
 
     wait(first_wait)
     remaining = max(0.0, policy.max_total_seconds - (time.monotonic() - started))
@@ -133,6 +140,7 @@ def _retry(
             policy, state.outcome.exception() if state.outcome is not None else None, state.attempt_number + 1
         ),
         retry=retry_if_exception_type(Retryable),
+        before_sleep=note,
         sleep=wait,
         reraise=True,
     )
