@@ -16,24 +16,26 @@ _URL_PASSWORD = re.compile(r"(password=)([^&\s]*)", re.IGNORECASE)  # a URL's ``
 # a keyword/value conninfo's ``password=...``, whose value may be single-quoted with backslash escapes
 _KEYWORD_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'?|\S*)", re.IGNORECASE)
 _ESCAPED = re.compile(r"\\(.)")
-_CREDENTIALS = re.compile(r"[^@/]*@")  # ``user:password@`` after the scheme
 
 
 def _userinfo_password(url: str) -> tuple[int, int] | None:
     """Where the password of ``scheme://user:password@host...`` lies in ``url``, or None.
 
-    Read as libpq reads it: the credentials end at the first ``@`` before any ``/``, the password starts
-    after the first ``:`` in them.
+    The password starts after the first ``:`` of the credentials, and runs to the last ``@`` before the path or
+    before the query, whichever lies further: a password written with an unencoded ``@``, ``/`` or ``?``
+    (libpq then reads part of it as the host, the path or the query) is masked whole. A ``@`` in the database
+    name masks the host too: too much, never too little.
     """
     scheme_end = url.find("://")
     if scheme_end < 0:
         return None
     start = scheme_end + 3
-    match = _CREDENTIALS.match(url, start)
-    if match is None:
+    ends = [url.find(mark, start) for mark in "/?"]
+    at = max(url.rfind("@", start, len(url) if end < 0 else end) for end in ends)
+    if at < 0:
         return None
-    colon = url.find(":", start, match.end() - 1)
-    return None if colon < 0 else (colon + 1, match.end() - 1)
+    colon = url.find(":", start, at)
+    return None if colon < 0 else (colon + 1, at)
 
 
 def redacted(url: str) -> str:
@@ -49,7 +51,8 @@ def passwords(conninfo: str) -> frozenset[str]:
     found: set[str] = set()
     span = _userinfo_password(conninfo)
     if span is not None:
-        found.add(conninfo[span[0] : span[1]])
+        whole = conninfo[span[0] : span[1]]
+        found |= {whole, *whole.split("@")}  # libpq may quote the part after an unencoded @ as the host
     is_url = "://" in conninfo  # as libpq tells the two forms apart
     for match in (_URL_PASSWORD if is_url else _KEYWORD_PASSWORD).finditer(conninfo):
         token = match.group(2)
