@@ -65,8 +65,9 @@ def _pgbouncer_binary() -> str:
 
 
 @contextmanager
-def _pgbouncer(pg_url: str, pool_mode: str, pool_size: int) -> Iterator[str]:
-    """A PgBouncer in ``pool_mode`` in front of the test database; yields its URL."""
+def _pgbouncer(pg_url: str, pool_mode: str, pool_size: int, *, round_robin: bool = False) -> Iterator[str]:
+    """A PgBouncer in ``pool_mode`` in front of the test database; yields its URL. ``round_robin``: it hands
+    out its server sessions in turn, not the most recently used first."""
     target = conninfo_to_dict(pg_url)
     user = str(target.get("user", "postgres"))
     folder = Path(tempfile.mkdtemp(prefix="se-pgbouncer-"))
@@ -80,6 +81,7 @@ def _pgbouncer(pg_url: str, pool_mode: str, pool_size: int) -> Iterator[str]:
         f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
         f"auth_type = trust\nauth_file = {folder / 'users.txt'}\n"
         f"pool_mode = {pool_mode}\ndefault_pool_size = {pool_size}\nmax_client_conn = 100\n"
+        f"server_round_robin = {int(round_robin)}\n"
     )
     command = [_pgbouncer_binary(), str(folder / "pgbouncer.ini")]
     if os.geteuid() == 0:
@@ -115,6 +117,14 @@ def bouncer(pg_url: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
+def round_robin_bouncer(pg_url: str) -> Iterator[str]:
+    """PgBouncer in transaction mode handing out its four sessions in turn: one client's next statement lands
+    on another session, and the open-time check (which relies on reuse of the last session) sees nothing."""
+    with _pgbouncer(pg_url, "transaction", 4, round_robin=True) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
 def session_bouncer(pg_url: str) -> Iterator[str]:
     """PgBouncer in session mode with a single server session: no two clients connected at once."""
     with _pgbouncer(pg_url, "session", 1) as url:
@@ -144,7 +154,7 @@ def _url(conninfo: str, **params: str) -> str:
 def test_the_session_mode_behind_a_transaction_pooler_is_refused_at_open_and_nothing_is_created(
     bouncer: str, schema: str, pg_url: str
 ) -> None:
-    with pytest.raises(StoreNotReady, match=r"pooler in transaction mode.*pool_mode=transaction"):
+    with pytest.raises(StoreNotReady, match=r"PgBouncer in transaction mode.*pool_mode=transaction"):
         open_store(_url(bouncer, schema=schema))
     with pytest.raises(StoreNotReady, match=r"pool_mode='transaction'"):
         Ledger.open(_url(bouncer, schema=schema))
@@ -191,7 +201,30 @@ def test_behind_a_transaction_pooler_each_intent_is_sent_once_from_many_threads(
         assert {ledger.get(key).status for key in keys} == {EffectStatus.CONFIRMED}
     # the store set nothing on the server sessions it shared with other clients of the pooler
     with psycopg.connect(bouncer, autocommit=True) as other:
-        assert other.execute("SHOW statement_timeout").fetchone() == ("0",)
+        for _ in range(4):  # the pooler's sessions in turn: none holds what the store would have set
+            shown = other.execute(
+                "SELECT current_setting('statement_timeout'), current_setting('default_transaction_isolation')"
+            ).fetchone()
+            assert shown == ("0", "read committed")
+
+
+def test_behind_a_transaction_pooler_prepare_joins_a_callers_own_transactions(
+    round_robin_bouncer: str, schema: str, tmp_path: Path
+) -> None:
+    """The caller's connection prepares statements as psycopg does by default (after five runs): the store's
+    own statements on it must not be, or a later prepare meets a session without them."""
+    adapter = GenericFakeAdapter(GenericFakeProvider(tmp_path / "provider.db"))
+    keys = [f"order:o_{n}:notify:v1" for n in range(8)]
+    with Ledger.open(_url(round_robin_bouncer, schema=schema, pool_mode="transaction")) as ledger:
+        # the application's connection, through the pooler, and another client that keeps a second session busy
+        with psycopg.connect(round_robin_bouncer) as caller, psycopg.connect(round_robin_bouncer) as other:
+            for key in keys:
+                other.execute("SELECT 1")  # the two take turns on two sessions
+                with caller.transaction():
+                    ledger.prepare(adapter, REQUEST, intent_key=key, connection=caller)
+                    ledger.prepare(adapter, REQUEST, intent_key=key, connection=caller)  # found, read back
+                other.rollback()
+        assert {ledger.get(key).status for key in keys} == {EffectStatus.PREPARED}
 
 
 def test_the_transaction_mode_also_works_on_a_direct_connection(pg_url: str, schema: str, tmp_path: Path) -> None:
@@ -225,7 +258,9 @@ def test_the_transaction_mode_warns_when_no_statement_timeout_can_be_kept(
     with caplog.at_level("WARNING", logger="safe_effects"):
         PostgresStore(pg_url, schema=schema, pool_mode="transaction").close()
         PostgresStore(pg_url, schema=schema, pool_mode="transaction", statement_timeout=None).close()
-        PostgresStore(make_conninfo(pg_url, options="-c statement_timeout=5s"), schema=schema, pool_mode="transaction")
+        PostgresStore(
+            make_conninfo(pg_url, options="-c statement_timeout=5s"), schema=schema, pool_mode="transaction"
+        ).close()
     warned = [record.getMessage() for record in caplog.records if "statement_timeout" in record.getMessage()]
     assert len(warned) == 1  # only the first: the second asks for none, the third's server sets one
     assert "ALTER ROLE" in warned[0]

@@ -64,9 +64,10 @@ def check_pooling(first: Connection[Any], connect: Any, pool_mode: str, statemen
         first.execute("SELECT set_config('safe_effects.pool_probe', %s, false)", (marker,))
     if _seen_from(connect, marker):
         raise StoreNotReady(
-            "a connection pooler in transaction mode sits between this store and PostgreSQL (a setting made on "
-            "one connection was seen from the next): its prepared statements and session settings would land on "
-            f"other clients' sessions; open the store with {_HOW_TO_SET}"
+            "a connection pooler hands the session one client left to the next without resetting it (a setting "
+            "made on one connection was seen from the next): PgBouncer in transaction mode, or in session mode with "
+            "an empty server_reset_query. The store's prepared statements and session settings would meet other "
+            f"clients' sessions; open the store with {_HOW_TO_SET}"
         )
 
 
@@ -75,9 +76,11 @@ def _seen_from(connect: Any, marker: str) -> bool:
 
     Directly, or through a session pooler (which resets a session its client left), it never does. A
     transaction pooler hands the next client the session the last one used (PgBouncer reuses the most recently
-    used), setting and all. A pooler that hands out another session passes this check; then
-    :func:`refused_by_pooler` names the cause at the first statement that meets it. One connection at a time,
-    so a pooler with a single server session, or a server one connection short of its limit, opens as well.
+    used), setting and all; so does a session pooler whose reset is turned off, where psycopg's prepared
+    statements would meet the last client's of the same name. A pooler that hands out another session, or
+    resets each one (``server_reset_query_always``), passes this check; then :func:`refused_by_pooler` names
+    the cause at the first statement that meets it. One connection at a time, so a pooler with a single server
+    session, or a server one connection short of its limit, opens as well.
     """
     with connect() as second:
         row = second.execute("SELECT current_setting('safe_effects.pool_probe', true)").fetchone()
@@ -96,20 +99,25 @@ def _check_server_defaults(conn: Connection[Any], statement_timeout: str | None)
         # the conditional writes rely on READ COMMITTED's re-check of a conflicting row
         raise StoreNotReady(
             f"default_transaction_isolation is {isolation!r} and, behind a transaction pooler, the store cannot set "
-            f"it per session: run ALTER ROLE {role} SET default_transaction_isolation = 'read committed'"
+            f"it per session: run ALTER ROLE {_quoted(role)} SET default_transaction_isolation = 'read committed'"
         )
     if not date_style.startswith("ISO"):
         raise StoreNotReady(  # psycopg reads timestamps in ISO style only
             f"DateStyle is {date_style!r} and, behind a transaction pooler, the store cannot set it per session: "
-            f"run ALTER ROLE {role} SET DateStyle = 'ISO, MDY'"
+            f"run ALTER ROLE {_quoted(role)} SET DateStyle = 'ISO, MDY'"
         )
     if statement_timeout is not None and server_timeout == "0":
         _log.warning(
             "behind a transaction pooler the store cannot set statement_timeout per session, and the server sets "
             "none: a write stuck on a lock would hold its worker; run ALTER ROLE %s SET statement_timeout = '%s' "
             "(or set the pooler's query_timeout)",
-            role, statement_timeout,
+            _quoted(role), statement_timeout,
         )  # fmt: skip
+
+
+def _quoted(role: str) -> str:
+    """``role`` as SQL names it in a command to copy: double-quoted, as any role name may be."""
+    return '"' + role.replace('"', '""') + '"'
 
 
 def refused_by_pooler(error: BaseException) -> StoreNotReady | None:

@@ -331,14 +331,18 @@ def _connection_options(conninfo: str, connect_timeout: int, configure: _Configu
     except psycopg.ProgrammingError as error:  # libpq refused the conninfo itself (an unknown option)
         raise InvalidInput(f"invalid PostgreSQL conninfo: {_one_line(error, conninfo)}") from error
     except psycopg.OperationalError as error:
-        raise LedgerUnavailable(f"the PostgreSQL ledger cannot be reached: {_one_line(error, conninfo)}") from error
+        raise _unreachable(error, conninfo) from error
     try:
         check_pooling(
             first, partial(psycopg.connect, conninfo, **options), configure.pool_mode, configure.statement_timeout
         )
     except psycopg.OperationalError as error:
-        raise LedgerUnavailable(f"the PostgreSQL ledger cannot be reached: {_one_line(error, conninfo)}") from error
+        raise _unreachable(error, conninfo) from error
     return options
+
+
+def _unreachable(error: Exception, conninfo: str) -> LedgerUnavailable:
+    return LedgerUnavailable(f"the PostgreSQL ledger cannot be reached: {_one_line(error, conninfo)}")
 
 
 def _one_line(error: Exception, conninfo: str = "") -> str:
@@ -434,8 +438,10 @@ class PostgresStore:
             raise MissingDependency("psycopg", "postgres") from error
         self.schema = _checked_schema(schema)
         configure = _Configure(statement_timeout, checked_pool_mode(pool_mode))  # checked before connecting
-        self._connection_type = psycopg.Connection
-        self._dict_row = dict_row
+        # behind a transaction pooler a caller's own connection (prepare(connection=...)) must not prepare the
+        # store's statements either: the pool's connections are told so once, a caller's per statement
+        self._prepare = False if configure.pool_mode == TRANSACTION_POOLING else None
+        self._connection_type, self._dict_row = psycopg.Connection, dict_row
         self._codec = Codec(
             time_out=lambda value: value,
             time_in=lambda value: value.astimezone(UTC),
@@ -660,7 +666,7 @@ class PostgresStore:
     ) -> tuple[EffectRecord, bool]:
         for _ in range(3):  # a purge may delete the conflicting row between the two statements
             # tuple rows for the writes: a dict row maker per statement is measurable at this rate
-            if self._writer(conn).execute(self._insert, params).fetchone() is not None:
+            if self._writer(conn).execute(self._insert, params, prepare=self._prepare).fetchone() is not None:
                 return record, True  # the row is exactly the record: no need to parse it back
             existing = self._fetch_one(conn, record.tenant, record.intent_key)
             if existing is not None:
@@ -669,7 +675,7 @@ class PostgresStore:
 
     def _fetch_one(self, conn: Connection[Any], tenant: str, intent_key: str) -> EffectRecord | None:
         with conn.cursor(row_factory=self._dict_row, binary=_reads_binary(conn)) as cur:
-            row: DictRow | None = cur.execute(self._get, (tenant, intent_key)).fetchone()
+            row: DictRow | None = cur.execute(self._get, (tenant, intent_key), prepare=self._prepare).fetchone()
         return from_row(EffectRecord, row, self._codec) if row is not None else None
 
     def get(self, tenant: str, intent_key: str) -> EffectRecord | None:
