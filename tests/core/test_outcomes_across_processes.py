@@ -7,6 +7,7 @@ pool broke as a whole), so a caller could not tell rejected from unknown.
 
 from __future__ import annotations
 
+import copy
 import pickle
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
@@ -61,7 +62,17 @@ def test_an_exception_comes_back_from_pickle_with_its_type_message_and_fields(er
     assert type(back) is type(error)
     assert str(back) == str(error)
     expected = {name: None if name == "provider_error" else value for name, value in vars(error).items()}
-    assert vars(back) == expected  # the provider's exception stays behind: its class and code are in the message
+    assert vars(back) == expected  # a provider's exception that cannot travel stays behind
+    if isinstance(error, ImportError):
+        assert back.msg == error.msg
+
+
+def test_a_provider_exception_that_pickles_travels_with_the_outcome() -> None:
+    error = EffectRejected("declined", intent_key=KEY, provider_error=ValueError("card declined"))
+    back = pickle.loads(pickle.dumps(error))
+    assert isinstance(back.provider_error, ValueError)
+    assert str(back.provider_error) == "card declined"
+    assert copy.copy(error).provider_error is error.provider_error
 
 
 def _charge_in_a_worker(store_url: str, provider_path: str) -> str:

@@ -28,6 +28,7 @@ Each class carries a stable ``code`` for logs, metrics and the CLI's JSON output
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -43,16 +44,29 @@ class SafeEffectsError(Exception):
     def __reduce__(self) -> tuple[object, ...]:
         """Pickled by message and attributes, not by re-running ``__init__``: most subclasses take keyword-only
         fields, which ``Exception``'s own pickling drops, so a worker process's ``EffectUnknown`` (a process
-        pool, a job runner's result backend) came back as a ``TypeError``. The provider's exception does not
-        travel: an SDK's error does not always unpickle, and the message names its class and code."""
-        state = {name: None if name == "provider_error" else value for name, value in self.__dict__.items()}
+        pool, a job runner's result backend) came back as a ``TypeError``. A provider's exception that does not
+        survive pickling itself (an SDK's error with required keywords) is left behind as None: the message
+        names its class and code."""
+        state = dict(self.__dict__)
+        if "provider_error" in state and not _round_trips(state["provider_error"]):
+            state["provider_error"] = None
         return (_unpickled, (type(self), self.args), state)
 
 
+def _round_trips(value: object) -> bool:
+    try:
+        pickle.loads(pickle.dumps(value))
+    except Exception:  # whatever pickling raises, the value does not travel
+        return False
+    return True
+
+
 def _unpickled(kind: type[SafeEffectsError], args: tuple[object, ...]) -> SafeEffectsError:
-    """An instance of ``kind`` with ``args``, made without its ``__init__`` (see ``__reduce__``)."""
+    """An instance of ``kind`` with ``args``, made without its ``__init__`` (see ``__reduce__``), but with the
+    built-in base's own (``ImportError`` keeps its message in ``msg``, ``ValueError`` in ``args``)."""
     error = kind.__new__(kind)
-    error.args = args
+    builtin = next(base for base in kind.__mro__ if not issubclass(base, SafeEffectsError))
+    builtin.__init__(error, *args)  # a built-in exception's, which takes *args
     return error
 
 
