@@ -38,7 +38,9 @@ class SQSEventPoller:
         expected_topic_arns: Collection[str] | None = None,
     ) -> None:
         """``expected_topic_arns``: see :func:`ingest_event`; a message from another topic is counted under
-        ``"untrusted_topic"``, logged and deleted (it can never become trusted: redelivery would loop)."""
+        ``"untrusted_topic"``, logged and left on the queue: a typo in the ARNs would otherwise delete every
+        genuine event for good (SES has no lookup to recover them). Give the queue a redrive policy, so such
+        messages move to its dead-letter queue after a few receives, to be replayed once the setting is fixed."""
         self._ledger = ledger
         self._topics = checked_topics(expected_topic_arns)
         self._sqs = sqs
@@ -49,7 +51,8 @@ class SQSEventPoller:
         self.counts: Counter[str] = Counter()
 
     def poll_once(self) -> list[IngestResult]:
-        """One receive call; each message is ingested and deleted, unless ingesting it raised (then redelivered)."""
+        """One receive call; each message is ingested and deleted, unless ingesting it raised or its topic is not
+        expected (then it is redelivered, or moved to the queue's dead-letter queue by its redrive policy)."""
         options: dict[str, Any] = {
             "QueueUrl": self._queue_url,
             "MaxNumberOfMessages": self._batch_size,
@@ -62,9 +65,8 @@ class SQSEventPoller:
             try:
                 result = ingest_event(self._ledger, message.get("Body", ""), expected_topic_arns=self._topics)
             except UntrustedTopic as refused:
-                log.warning("SES event %s refused and deleted: %s", message.get("MessageId"), refused)
+                log.error("SES event %s refused, left on the queue: %s", message.get("MessageId"), refused)
                 self.counts[UNTRUSTED] += 1
-                self._sqs.delete_message(QueueUrl=self._queue_url, ReceiptHandle=message["ReceiptHandle"])
                 continue
             except Exception:
                 log.exception("SES event %s not ingested; left on the queue", message.get("MessageId"))
