@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ._errors import InvalidInput, StoreNotReady
@@ -51,7 +52,9 @@ def connection_options(pool_mode: str) -> dict[str, Any]:
     return {"prepare_threshold": None} if pool_mode == TRANSACTION_POOLING else {}
 
 
-def check_pooling(first: Connection[Any], connect: Any, pool_mode: str, statement_timeout: str | None) -> None:
+def check_pooling(
+    first: Connection[Any], connect: Callable[[], Connection[Any]], pool_mode: str, statement_timeout: str | None
+) -> None:
     """Refuse a store whose ``pool_mode`` does not match the path to the server (see the module docstring).
 
     ``first`` is an open autocommit connection, closed here; ``connect()`` opens another like it.
@@ -71,7 +74,7 @@ def check_pooling(first: Connection[Any], connect: Any, pool_mode: str, statemen
         )
 
 
-def _seen_from(connect: Any, marker: str) -> bool:
+def _seen_from(connect: Callable[[], Connection[Any]], marker: str) -> bool:
     """Whether a session setting the connection just closed made shows on the next one.
 
     Directly, or through a session pooler (which resets a session its client left), it never does. A
