@@ -36,6 +36,7 @@ from safe_effects import (
     StoreNotReady,
     open_store,
 )
+from safe_effects._pg_pooling import _warn_no_statement_timeout
 from safe_effects.testing import GenericFakeAdapter, GenericFakeProvider
 
 pytestmark = pytest.mark.postgres
@@ -159,6 +160,8 @@ def test_the_session_mode_behind_a_transaction_pooler_is_refused_at_open_and_not
     with pytest.raises(StoreNotReady, match=r"pool_mode='transaction'"):
         Ledger.open(_url(bouncer, schema=schema))
     assert not _schema_exists(pg_url, schema)
+    with psycopg.connect(bouncer, autocommit=True) as other:  # the probe's setting is gone from the shared session
+        assert other.execute("SELECT current_setting('safe_effects.pool_probe', true)").fetchone() in [("",), (None,)]
 
 
 def test_a_session_pooler_with_one_server_session_opens_in_the_default_mode(
@@ -255,15 +258,28 @@ def test_a_server_default_the_transaction_mode_cannot_override_is_refused_at_ope
 def test_the_transaction_mode_warns_when_no_statement_timeout_can_be_kept(
     pg_url: str, schema: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    _warn_no_statement_timeout.cache_clear()  # said once per process: forget what earlier tests made it say
     with caplog.at_level("WARNING", logger="safe_effects"):
         PostgresStore(pg_url, schema=schema, pool_mode="transaction").close()
         PostgresStore(pg_url, schema=schema, pool_mode="transaction", statement_timeout=None).close()
         PostgresStore(
             make_conninfo(pg_url, options="-c statement_timeout=5s"), schema=schema, pool_mode="transaction"
         ).close()
+        PostgresStore(pg_url, schema=schema, pool_mode="transaction").close()  # as the first: said already
     warned = [record.getMessage() for record in caplog.records if "statement_timeout" in record.getMessage()]
-    assert len(warned) == 1  # only the first: the second asks for none, the third's server sets one
-    assert "ALTER ROLE" in warned[0]
+    assert len(warned) == 1  # the first; the second asks for none, the third's server sets one, the fourth repeats
+    assert 'ALTER ROLE "postgres"' in warned[0]
+
+
+def test_a_single_threaded_worker_holds_one_pooled_connection(bouncer: str, schema: str, tmp_path: Path) -> None:
+    """The pool is ready before the first call: a call that found it empty opened a second connection, which
+    counts against the pooler's max_client_conn (and, in session mode, holds a second server session)."""
+    adapter = GenericFakeAdapter(GenericFakeProvider(tmp_path / "provider.db"))
+    with Ledger.open(_url(bouncer, schema=schema, pool_mode="transaction")) as ledger:
+        for n in range(3):
+            ledger.execute(adapter, REQUEST, intent_key=f"invoice:inv_{n}:collect:v1")
+        assert isinstance(ledger.store, PostgresStore)
+        assert ledger.store._pool.get_stats()["pool_size"] == 1
 
 
 @pytest.mark.parametrize("pool_mode", ["statement", "", "Transaction"])

@@ -18,6 +18,7 @@ worse) on the first prepared statement.
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from collections.abc import Callable
@@ -85,8 +86,9 @@ def _seen_from(connect: Callable[[], Connection[Any]], marker: str) -> bool:
     the cause at the first statement that meets it. One connection at a time, so a pooler with a single server
     session, or a server one connection short of its limit, opens as well.
     """
-    with connect() as second:
+    with connect() as second, second.transaction():  # one transaction: one server session, even pooled
         row = second.execute("SELECT current_setting('safe_effects.pool_probe', true)").fetchone()
+        second.execute("RESET safe_effects.pool_probe")  # where it was seen, others share the session: clear it
     return row is not None and row[0] == marker
 
 
@@ -110,12 +112,18 @@ def _check_server_defaults(conn: Connection[Any], statement_timeout: str | None)
             f"run ALTER ROLE {_quoted(role)} SET DateStyle = 'ISO, MDY'"
         )
     if statement_timeout is not None and server_timeout == "0":
-        _log.warning(
-            "behind a transaction pooler the store cannot set statement_timeout per session, and the server sets "
-            "none: a write stuck on a lock would hold its worker; run ALTER ROLE %s SET statement_timeout = '%s' "
-            "(or set the pooler's query_timeout)",
-            _quoted(role), statement_timeout,
-        )  # fmt: skip
+        _warn_no_statement_timeout(role, statement_timeout)
+
+
+@functools.cache
+def _warn_no_statement_timeout(role: str, statement_timeout: str) -> None:
+    """Once per process and role: every store a worker or CLI command opens would say it again."""
+    _log.warning(
+        "behind a transaction pooler the store cannot set statement_timeout per session, and the server sets "
+        "none: a write stuck on a lock would hold its worker; run ALTER ROLE %s SET statement_timeout = '%s' "
+        "(or set the pooler's query_timeout)",
+        _quoted(role), statement_timeout,
+    )  # fmt: skip
 
 
 def _quoted(role: str) -> str:

@@ -461,7 +461,7 @@ class PostgresStore:
             configure=configure,
             open=True,
         )
-        self._open_pool()
+        self._open_pool(ready_within=timeout)
         renew_in_children(self)
         # every statement composed and rendered once, the schema as a quoted Identifier: no SQL is ever
         # string-formatted, and no round trip pays for re-rendering dozens of identifiers
@@ -638,9 +638,21 @@ class PostgresStore:
         if not self._pool.closed:  # a store closed before the fork (a master that only migrated) stays closed
             self._open_pool()
 
-    def _open_pool(self) -> None:
+    def _open_pool(self, *, ready_within: float | None = None) -> None:
+        """A new pool and its sweep. ``ready_within``: wait that long for its first ``min_size`` connections,
+        so a first call does not find it empty and open one more (a single-threaded worker held two, which
+        counts against a pooler's max_client_conn); a fork's child does not wait, it connects on first use."""
         self._pool = self._new_pool()
         self._sweep = _PoolSweep(self._pool)
+        if ready_within is None:
+            return
+        try:
+            self._pool.wait(ready_within)
+        except _unavailable() as error:  # the server went away since the probe: as a failed open
+            self._pool.close()
+            raise LedgerUnavailable(
+                f"the PostgreSQL ledger gave no connection within {ready_within:g} s: {_one_line(error)}"
+            ) from error
 
     def _checkout(self) -> _Checkout:
         return _Checkout(self._pool, self._sweep, _unavailable(), self.schema)
