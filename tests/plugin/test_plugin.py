@@ -182,6 +182,21 @@ def test_a_failing_test_is_not_buried_under_teardown_complaints(pytester: pytest
     result.stdout.fnmatch_lines(["*the real failure*"])
 
 
+@pytest.mark.parametrize(
+    ("marker", "body", "outcome"),
+    [
+        ("", "pytest.skip('not on this platform')", {"skipped": 1}),
+        ("@pytest.mark.xfail(reason='a known bug')", "assert False", {"xfailed": 1}),
+    ],
+    ids=["skip", "xfail"],
+)
+def test_a_test_that_ended_early_is_not_charged_with_its_unfired_faults(
+    pytester: pytest.Pytester, marker: str, body: str, outcome: dict[str, int]
+) -> None:
+    pytester.makepyfile(UNFIRED.format(marker=marker, body=body))
+    pytester.runpytest().assert_outcomes(**outcome)  # no teardown error, no second xfail
+
+
 def test_an_unfired_cassette_fault_and_a_crash_trap_fail_at_teardown(pytester: pytest.Pytester) -> None:
     (pytester.path / "recorded").mkdir()
     shutil.copy(CASSETTES / STRIPE_CREATE, pytester.path / "recorded" / "charge.yaml")

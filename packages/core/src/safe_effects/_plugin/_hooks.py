@@ -44,8 +44,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """A failed test body is reported on its own; teardown checks then stay quiet instead of piling on."""
+    """A failed test body is reported on its own, and a skipped or xfailed one ended early (its faults may
+    never have had their turn): teardown checks then stay quiet instead of piling on."""
     report = yield
-    if report.when == "call" and report.failed:
+    if report.when == "call" and (report.failed or report.skipped):  # an xfail is reported skipped
         item.stash[CALL_FAILED] = True
     return report
