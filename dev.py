@@ -48,7 +48,10 @@ def venv_moved() -> bool:
     if not pip.exists():
         return False
     head = pip.read_bytes()[:4096].decode(errors="replace").splitlines()[:2]
-    return not any(str(venv_python()) in line for line in head)
+    python = head[0].removeprefix("#!").strip() if head else ""
+    if python == "/bin/sh" and len(head) > 1 and '"' in head[1]:  # then: 'exec' "/path/to/python" "$0" "$@"
+        python = head[1].split('"')[1]
+    return python != str(venv_python())
 
 
 def run(*args: str | Path) -> None:

@@ -46,6 +46,7 @@ def test_no_venv_has_no_version(dev: ModuleType) -> None:
         ("#!{venv}/bin/python", False),
         ('#!/bin/sh\n\'\'\'exec\' "{venv}/bin/python" "$0" "$@"', False),  # pip's form for a long path
         ("#!/elsewhere/.venv/bin/python", True),
+        ("#!/home/me{venv}/bin/python", True),  # copied from a folder whose path ends with this one's
         ('#!/bin/sh\n\'\'\'exec\' "/elsewhere/.venv/bin/python" "$0" "$@"', True),
     ],
 )

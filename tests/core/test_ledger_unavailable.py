@@ -27,6 +27,7 @@ from psycopg.conninfo import make_conninfo
 
 import safe_effects._postgres as postgres_module
 from safe_effects import (
+    EffectDeferred,
     EffectInProgress,
     EffectRecord,
     EffectRequest,
@@ -197,6 +198,29 @@ def test_a_back_off_cut_short_while_the_ledger_is_down_is_sent_by_this_ledgers_n
     assert receipt.record.status is S.CONFIRMED
     assert [outcome for _, outcome in fake.requests()] == ["refused", "ok"]
     assert len(fake.effects()) == 1
+
+
+def test_a_back_off_cut_short_while_the_ledger_is_down_keeps_an_earlier_sends_history(
+    short_wait_ledger: tuple[Ledger, Blocker], adapter: HookedAdapter, fake: GenericFakeProvider
+) -> None:
+    """The same, on a later claim of an intent sent before: taken back as never sent, its first dispatch time
+    (which bounds the provider's key window) would be rewritten. It stays in flight for the lease instead."""
+    ledger, blocker = short_wait_ledger
+    fake.fail_next(*[FakeFailure.REFUSED] * 3)
+    with pytest.raises(EffectDeferred):  # FAST_RETRY's three attempts refused: back to prepared, sent before
+        ledger.execute(adapter, REQUEST, intent_key=KEY)
+    first = ledger.get(KEY).first_dispatched_at
+    slow = Ledger(ledger.store, retry=RetryPolicy(initial_wait=5.0, max_wait=10.0), lease=LEASE)
+    fake.fail_next(FakeFailure.REFUSED)
+    with pytest.raises(JobTimeLimit), time_limit(0.2, first=blocker.hold):
+        slow.execute(adapter, REQUEST, intent_key=KEY)
+    blocker.release()
+
+    with pytest.raises(EffectInProgress):  # not taken back: the lease (60 s here) decides
+        slow.execute(adapter, REQUEST, intent_key=KEY)
+    left = slow.get(KEY)
+    assert (left.status, left.attempt_count, left.first_dispatched_at) == (S.IN_FLIGHT, 2, first)
+    assert fake.effects() == []
 
 
 # -- PostgreSQL: connections, isolation, names, URLs ----------------------------------------------------------

@@ -62,11 +62,11 @@ def _round_trips(value: object) -> bool:
 
 
 def _unpickled(kind: type[SafeEffectsError], args: tuple[object, ...]) -> SafeEffectsError:
-    """An instance of ``kind`` with ``args``, made without its ``__init__`` (see ``__reduce__``), but with the
-    built-in base's own (``ImportError`` keeps its message in ``msg``, ``ValueError`` in ``args``)."""
+    """An instance of ``kind`` with ``args``, made without its ``__init__`` (see ``__reduce__``), but with that of
+    its first base outside the library, a built-in exception (``ImportError`` keeps its message in ``msg``)."""
     error = kind.__new__(kind)
-    builtin = next(base for base in kind.__mro__ if not issubclass(base, SafeEffectsError))
-    builtin.__init__(error, *args)  # a built-in exception's, which takes *args
+    outside = next(base for base in kind.__mro__ if not issubclass(base, SafeEffectsError))
+    outside.__init__(error, *args)  # a built-in exception's, which takes *args
     return error
 
 

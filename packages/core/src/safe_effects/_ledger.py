@@ -810,9 +810,11 @@ class Ledger:
             # back to where the refusals left it, and the interruption raised on, for the job runner to see
             back_to = S.UNKNOWN if method == "key_replay" else S.PREPARED
             why = f"back-off interrupted: {type(cut.interruption).__qualname__}"
-            if not self._last_write(record, back_to, why, cut.verdict.error_class) and back_to is S.PREPARED:
-                # left in flight, but only refused: this ledger's next call (a job's retry, in this process) takes
-                # the claim back and sends, as for a claim whose write went unacknowledged
+            written = self._last_write(record, back_to, why, cut.verdict.error_class)
+            if not written and back_to is S.PREPARED and record.attempt_count == 1:
+                # left in flight, and every attempt of this intent so far was refused: this ledger's next call (a
+                # job's retry, in this process) takes the claim back and sends, as for a claim whose write went
+                # unacknowledged. Sent before (a later claim), its dispatch history stays: the lease decides
                 assert record.lease_token is not None
                 self._unsent.failed(record, record.lease_token, self.clock())
             raise cut.interruption from None

@@ -22,9 +22,10 @@ def _userinfo_password(url: str) -> tuple[int, int] | None:
     """Where the password of ``scheme://user:password@host...`` lies in ``url``, or None.
 
     The password starts after the first ``:`` of the credentials, and runs to the last ``@`` before the path or
-    before the query, whichever lies further: a password written with an unencoded ``@``, ``/`` or ``?``
-    (libpq then reads part of it as the host, the path or the query) is masked whole. A ``@`` in the database
-    name masks the host too: too much, never too little.
+    before the query, whichever lies further: a password written with an unencoded ``@``, or with a ``/`` or a
+    ``?`` (libpq then reads part of it as the host, the path or the query), is masked whole. A ``@`` in the
+    database name masks the host too: too much, never too little. One holding both a ``/`` and a ``?`` before
+    its ``@`` is beyond this reading, as it is beyond libpq's: percent-encode it.
     """
     scheme_end = url.find("://")
     if scheme_end < 0:
@@ -52,7 +53,9 @@ def passwords(conninfo: str) -> frozenset[str]:
     span = _userinfo_password(conninfo)
     if span is not None:
         whole = conninfo[span[0] : span[1]]
-        found |= {whole, *whole.split("@")}  # libpq may quote the part after an unencoded @ as the host
+        # libpq quotes the part after an unencoded @ as the start of a host ("ss@db.example"): masked with its
+        # @, so a short piece cannot stand for every such letter in the message
+        found |= {whole, *(f"{piece}@" for piece in whole.split("@")[1:])}
     is_url = "://" in conninfo  # as libpq tells the two forms apart
     for match in (_URL_PASSWORD if is_url else _KEYWORD_PASSWORD).finditer(conninfo):
         token = match.group(2)

@@ -461,7 +461,7 @@ class PostgresStore:
             configure=configure,
             open=True,
         )
-        self._open_pool(ready_within=timeout)
+        self._open_pool(ready_within=min(timeout, float(connect_timeout)))
         renew_in_children(self)
         # every statement composed and rendered once, the schema as a quoted Identifier: no SQL is ever
         # string-formatted, and no round trip pays for re-rendering dozens of identifiers
@@ -648,11 +648,12 @@ class PostgresStore:
             return
         try:
             self._pool.wait(ready_within)
-        except _unavailable() as error:  # the server went away since the probe: as a failed open
-            self._pool.close()
-            raise LedgerUnavailable(
-                f"the PostgreSQL ledger gave no connection within {ready_within:g} s: {_one_line(error)}"
-            ) from error
+        except _unavailable() as short:  # near a server's or pooler's connection limit: fewer, as before
+            _log.warning(
+                "the PostgreSQL pool did not open its min_size=%d connections within %g s (%s); going on with "
+                "fewer, opened as calls need them", self._pool.min_size, ready_within, _one_line(short),
+            )  # fmt: skip
+            self._open_pool()  # psycopg_pool closes a pool that was not ready in time
 
     def _checkout(self) -> _Checkout:
         return _Checkout(self._pool, self._sweep, _unavailable(), self.schema)
