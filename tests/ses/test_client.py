@@ -29,6 +29,7 @@ from safe_effects import (
     LookupStatus,
     MissingIntentKey,
     Operator,
+    UnguardedCall,
 )
 from ses_safe import INTENT_TAG, TENANT_TAG, MissingConfigurationSet, ReservedTagName
 from ses_safe.testing import MotoFaultProxy, moto_sent_messages
@@ -306,7 +307,7 @@ def test_sends_the_ledger_cannot_guard_are_refused_not_passed_through(
     env: Any, proxy: MotoFaultProxy, ledger: Ledger, service: str, method: str
 ) -> None:
     client = env.sesv2 if service == "sesv2" else env.ses
-    with pytest.raises(NotImplementedError, match=rf"{service}\.{method} is not guarded by the ledger"):
+    with pytest.raises(UnguardedCall, match=rf"{service}\.{method} is not guarded by the ledger"):
         getattr(client, method)(Destination={"ToAddresses": ["customer@example.com"]})
     assert proxy.exchanges == []
     assert ledger.store.list_by_status(list(EffectStatus)) == []

@@ -7,6 +7,7 @@ serves, v2 typed refusals and OAuth refusals: the real SDK over HTTP to FakeStri
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
@@ -14,7 +15,7 @@ import requests
 import stripe
 from stripe.oauth_error import InvalidGrantError
 
-from safe_effects import EffectRejected, EffectStatus, InvalidInput
+from safe_effects import EffectRejected, EffectStatus, InvalidInput, UnguardedCall
 from safe_effects.testing import Fault
 from stripe_safe import AnswerUnavailable, StripeClient, receipt_of
 from stripe_safe.testing import server_error_fault, stripe_error_fault
@@ -63,11 +64,34 @@ def test_a_header_that_would_replace_the_key_or_the_account_is_refused_before_an
     assert env.ledger.store.list_by_status(list(EffectStatus)) == []
 
 
-def test_an_async_write_is_refused_before_anything_is_recorded_or_sent(env: Env) -> None:
-    """The ledger guards the synchronous calls only: an async create must fail loudly, not charge unguarded."""
-    create = env.client.v1.payment_intents.create_async(params=PI, options={"idempotency_key": KEY})  # type: ignore[arg-type]
-    with pytest.raises(NotImplementedError, match="async POSTs are not guarded by the ledger"):
-        asyncio.run(create)
+def _async_create(env: Env) -> object:
+    return asyncio.run(env.client.v1.payment_intents.create_async(params=PI, options={"idempotency_key": KEY}))  # type: ignore[arg-type]
+
+
+def _async_raw_post(env: Env) -> object:
+    return asyncio.run(env.client.raw_request_async("post", "/v1/payment_intents", **PI))
+
+
+def _raw_post(env: Env) -> object:
+    return env.client.raw_request("post", "/v1/payment_intents", **PI)
+
+
+@pytest.mark.parametrize(
+    ("call", "instead"),
+    [
+        (_async_create, r"asyncio\.to_thread\(client\.v1\.payment_intents\.create"),
+        (_async_raw_post, r"asyncio\.to_thread"),
+        (_raw_post, r"through its service"),
+    ],
+    ids=["create_async", "raw_request_async", "raw_request"],
+)
+def test_a_write_the_ledger_cannot_guard_is_refused_before_anything_is_recorded_or_sent(
+    env: Env, call: Callable[[Env], object], instead: str
+) -> None:
+    """The ledger guards the service calls only: an async create or a raw POST must fail loudly, typed as the
+    library's other refusals (a handler's ``except SafeEffectsError`` sees it), saying what to call instead."""
+    with pytest.raises(UnguardedCall, match=rf"POST /v1/payment_intents: .*nothing was recorded or sent.*{instead}"):
+        call(env)
     assert env.fake.requests() == []
     assert env.fake.effect_count("payment_intents.create") == 0
     assert env.ledger.store.list_by_status(list(EffectStatus)) == []

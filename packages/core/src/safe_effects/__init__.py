@@ -37,6 +37,7 @@ from ._errors import (
     StoreNotReady,
     StorePermissionDenied,
     UndigestibleRequest,
+    UnguardedCall,
     UnknownTenant,
 )
 from ._keys import IntentKey
@@ -148,5 +149,6 @@ __all__ = [
     "MigrationsPending",
     "StorePermissionDenied",
     "ApprovalError",
+    "UnguardedCall",
     "MissingDependency",
 ]

@@ -18,6 +18,7 @@ from safe_effects import (
     Ledger,
     MissingIntentKey,
     Receipt,
+    UnguardedCall,
     check_ledger,
     check_tenant,
 )
@@ -153,7 +154,7 @@ class _SafeClient:
 
 
 def _refuse(operation: str, **_: Any) -> NoReturn:
-    raise NotImplementedError(
+    raise UnguardedCall(
         f"{operation} is not guarded by the ledger (it sends several messages, or mail that is not yours), so "
         "the wrapped client refuses it: send one message per intent with send_email, or use "
         "client.without_ledger(reason=...) for sends you have declared safe to repeat"

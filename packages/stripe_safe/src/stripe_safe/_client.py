@@ -38,6 +38,7 @@ from safe_effects import (
     ProviderContract,
     Receipt,
     SafeEffectsError,
+    UnguardedCall,
     check_ledger,
     check_tenant,
 )
@@ -145,10 +146,18 @@ def _header_safe(key: IntentKey) -> IntentKey:
     return key
 
 
-def _refuse_write(method: str, via: str) -> None:
+_SERVICE_INSTEAD = "make the call through its service (client.v1.<service>.<method>), which the ledger guards"
+_SYNC_INSTEAD = (
+    "call the synchronous method (create, not create_async); from async code, run it in a worker thread: "
+    "await asyncio.to_thread(client.v1.payment_intents.create, params=..., options=...)"
+)
+
+
+def _refuse_write(method: str, url: str, via: str, instead: str = _SYNC_INSTEAD) -> None:
     if method.lower() in WRITE_METHODS:
-        raise NotImplementedError(
-            f"{via} {method.upper()}s are not guarded by the ledger; use the synchronous service call"
+        raise UnguardedCall(
+            f"{via} {method.upper()} {url}: the ledger guards only synchronous service calls, so nothing was "
+            f"recorded or sent; {instead}"
         )
 
 
@@ -338,7 +347,7 @@ class _LedgerRequestor(_APIRequestor):
         base_address: BaseAddress,
         usage: list[str] | None = None,
     ) -> stripe.StripeObject:
-        _refuse_write(method, "async")
+        _refuse_write(method, url, "an async")
         return await super().request_async(method, url, params, options, base_address=base_address, usage=usage)
 
     def request_stream(
@@ -351,7 +360,7 @@ class _LedgerRequestor(_APIRequestor):
         base_address: BaseAddress,
         usage: list[str] | None = None,
     ) -> StripeStreamResponse:
-        _refuse_write(method, "streaming")
+        _refuse_write(method, url, "a streaming", _SERVICE_INSTEAD)
         return super().request_stream(method, url, params, options, base_address=base_address, usage=usage)
 
     async def request_stream_async(
@@ -364,7 +373,7 @@ class _LedgerRequestor(_APIRequestor):
         base_address: BaseAddress,
         usage: list[str] | None = None,
     ) -> StripeStreamResponseAsync:
-        _refuse_write(method, "async streaming")
+        _refuse_write(method, url, "an async streaming")
         return await super().request_stream_async(method, url, params, options, base_address=base_address, usage=usage)
 
     # -- the adapter's transport --------------------------------------------------------------------------
@@ -517,9 +526,9 @@ class StripeClient(stripe.StripeClient):
         return self._view(self._requestor.rescoped(scoped))
 
     def raw_request(self, method_: str, url_: str, **params: Any) -> Any:
-        _refuse_write(method_, "raw_request")
+        _refuse_write(method_, url_, "raw_request", _SERVICE_INSTEAD)
         return super().raw_request(method_, url_, **params)
 
     async def raw_request_async(self, method_: str, url_: str, **params: Any) -> Any:
-        _refuse_write(method_, "raw_request_async")
+        _refuse_write(method_, url_, "raw_request_async")
         return await super().raw_request_async(method_, url_, **params)
