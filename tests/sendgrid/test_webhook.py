@@ -19,8 +19,11 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 from wsgiref.types import WSGIApplication
 
 import pytest
+import trio
 import uvicorn
 import werkzeug.serving
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve as hypercorn_trio_serve
 
 import ses_safe
 from safe_effects import EffectRecord, EffectStatus, EffectUnknown, Ledger
@@ -185,19 +188,47 @@ def _asgi_server(app: Any) -> Iterator[str]:
         thread.join(timeout=10)
 
 
-@pytest.fixture(params=["wsgi", "asgi"])
+@contextmanager
+def _trio_asgi_server(app: Any) -> Iterator[str]:
+    """hypercorn's trio worker in a thread, lifespan on, serving a socket bound here (so its port is known)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    config = HypercornConfig()
+    config.bind = [f"fd://{listener.detach()}"]  # hypercorn owns and closes the socket from here on
+    config.loglevel = "WARNING"
+    running: list[tuple[trio.lowlevel.TrioToken, trio.Event]] = []
+    ready = threading.Event()
+
+    async def serve_until_stopped() -> None:
+        stop = trio.Event()
+        running.append((trio.lowlevel.current_trio_token(), stop))
+        ready.set()
+        await hypercorn_trio_serve(app, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+
+    thread = threading.Thread(target=trio.run, args=(serve_until_stopped,), daemon=True)
+    thread.start()
+    assert ready.wait(10), "trio did not start within 10 s"
+    try:
+        yield f"http://127.0.0.1:{port}/sendgrid/events"
+    finally:
+        token, stop = running[0]
+        trio.from_thread.run_sync(stop.set, trio_token=token)
+        thread.join(timeout=10)
+
+
+_SERVERS = {"wsgi": (make_wsgi_app, _wsgi_server), "asgi": (make_asgi_app, _asgi_server)}
+_SERVERS["asgi-trio"] = (make_asgi_app, _trio_asgi_server)
+
+
+@pytest.fixture(params=list(_SERVERS))
 def serve(request: pytest.FixtureRequest, ledger: Ledger, fake: FakeSendGrid) -> Iterator[Callable[..., str]]:
-    """Starts the webhook endpoint (``make_wsgi_app`` under wsgiref, or ``make_asgi_app`` under uvicorn)."""
+    """Starts the webhook endpoint: ``make_wsgi_app`` under wsgiref, ``make_asgi_app`` under uvicorn (asyncio)
+    or hypercorn's trio worker."""
+    make_app, server = _SERVERS[request.param]
     with ExitStack() as servers:
 
         def start(**options: Any) -> str:
-            if request.param == "wsgi":
-                return servers.enter_context(
-                    _wsgi_server(make_wsgi_app(ledger, public_key=fake.signer.public_key, **options))
-                )
-            return servers.enter_context(
-                _asgi_server(make_asgi_app(ledger, public_key=fake.signer.public_key, **options))
-            )
+            return servers.enter_context(server(make_app(ledger, public_key=fake.signer.public_key, **options)))
 
         yield start
 

@@ -17,6 +17,11 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
+try:  # anyio runs the ledger's write in a thread of whichever event loop serves the app: asyncio or trio
+    from anyio.to_thread import run_sync as _in_thread
+except ImportError:  # no anyio (it comes with Starlette, FastAPI, httpx): asyncio's own
+    _in_thread = asyncio.to_thread  # type: ignore[assignment]
+
 
 async def _lifespan(receive: Receive, send: Send) -> None:
     """Nothing to start or stop (the ledger is the caller's), but servers that ask get their answers."""
@@ -78,6 +83,6 @@ def make_asgi_app(ledger: Ledger, *, public_key: str | PublicKey | None, max_bod
         body = await _read_body(receive, max_body)
         if not isinstance(body, bytes):
             return body
-        return await asyncio.to_thread(answer_events, ledger, body, headers, key)
+        return await _in_thread(answer_events, ledger, body, headers, key)
 
     return app
