@@ -11,6 +11,7 @@
     ├── IllegalTransition             a state change the state machine forbids
     ├── StaleRecord                   the record moved on since it was read (conditional update lost)
     ├── LedgerUnavailable             the ledger's database did not answer (or refuses writes for now)
+    ├── LedgerClosed                  the ledger (or its store) was closed: open a new one
     ├── IntentNotFound                no record for (tenant, intent key)
     ├── EffectOutcome                 the caller's answer when an effect did not simply succeed
     │   ├── EffectUnknown             the provider may have acted: reconcile, never retry blindly
@@ -173,6 +174,13 @@ class LedgerUnavailable(SafeEffectsError):
     """
 
     code = "ledger_unavailable"
+
+
+class LedgerClosed(SafeEffectsError, RuntimeError):
+    """The ledger or its store was closed: a call after ``close()`` is refused before anything is read, written
+    or sent. Not an outage: retrying on this object never succeeds; a new ``Ledger.open`` does."""
+
+    code = "ledger_closed"
 
 
 class StoreNotReady(SafeEffectsError):

@@ -42,6 +42,7 @@ from ._errors import (
     InvalidInput,
     InvalidIntentKey,
     LeaseLost,
+    LedgerClosed,
     LedgerUnavailable,
     MigrationsPending,
     StaleRecord,
@@ -52,6 +53,7 @@ from ._keys import IntentKey
 from ._observer import NullObserver, Observer
 from ._policies import DEFAULT_LEASE, DEFAULT_RETRY, LeasePolicy, RetryPolicy
 from ._records import EffectRecord, Evidence, EvidenceVerdict, Receipt, Resolution
+from ._running_calls import RunningCalls, counted
 from ._sending import BackoffCut, Retryable, Settled, send_with_retries
 from ._states import TERMINAL, EffectStatus, resolvable, settled_status
 from ._store import Store
@@ -199,6 +201,7 @@ class Ledger:
         # is dead (nobody here is working on them), so a later call takes them over at once
         self._abandoned: set[tuple[str, str, int]] = set()
         self._unsent = UnsentClaims(keep_for=lease.duration)  # claims whose write failed here, never sent
+        self._calls = RunningCalls()  # close() lets them write what their provider answered
         # once, here: a store built by hand and not migrated would fail call after call on a column or table
         # it lacks, as a raw driver error (Ledger.open migrates first)
         if pending := store.pending_migrations():
@@ -217,7 +220,19 @@ class Ledger:
             store.close()
             raise
 
-    def close(self) -> None:
+    def close(self, *, wait: float | None = None) -> None:
+        """Refuse new calls (:class:`LedgerClosed`), let the ones running in other threads write what their
+        provider answered, then close the store. ``wait`` bounds that, in seconds (default: the lease, which
+        bounds a call's sending); a call still running after it ends as :class:`EffectUnknown`, its intent
+        in flight until the lease runs out, as if its worker had been killed."""
+        limit = self.lease.duration.total_seconds() if wait is None else wait
+        if still_running := self._calls.close(limit):
+            _log.warning(
+                "ledger closed with %d call(s) still running after %g s: what their provider answered will not "
+                "be recorded; their intents stay in flight until the lease runs out, then are reconciled",
+                still_running,
+                limit,
+            )
         self.store.close()
 
     def _renew_after_fork(self) -> None:
@@ -225,6 +240,7 @@ class Ledger:
         leases the child does not."""
         if not self._worker_id_given:
             self.worker_id = _default_worker_id()
+        self._calls = self._calls.renewed()
 
     def __enter__(self) -> Ledger:
         return self
@@ -234,6 +250,7 @@ class Ledger:
 
     # -- public API ---------------------------------------------------------------------------------------
 
+    @counted
     def execute(
         self,
         adapter: ProviderAdapter[R],
@@ -279,6 +296,7 @@ class Ledger:
             return self._dispatch(adapter, request, record, contract)
         return self._resume(adapter, request, record, fresh.request_digest, contract)
 
+    @counted
     def prepare(
         self,
         adapter: ProviderAdapter[Any],
@@ -306,6 +324,7 @@ class Ledger:
             self._check_digest(record, fresh.request_digest)
         return record
 
+    @counted
     def get(self, intent_key: IntentKey | str, *, tenant: str = DEFAULT_TENANT) -> EffectRecord:
         key, tenant = IntentKey.parse(intent_key), self._tenant(tenant)
         record = self.store.get(tenant, key)
@@ -313,6 +332,7 @@ class Ledger:
             raise IntentNotFound(f"no effect recorded for intent {key!r} (tenant {tenant!r})")
         return record
 
+    @counted
     def reconcile(
         self, adapter: ProviderAdapter[Any], *, intent_key: IntentKey | str, tenant: str = DEFAULT_TENANT
     ) -> EffectRecord:
@@ -330,6 +350,7 @@ class Ledger:
         settled = self._settle_by_evidence(record, contract) or self._settle_by_lookup(adapter, record)
         return settled or self.get(intent_key, tenant=tenant)
 
+    @counted
     def compensate(
         self,
         adapter: ProviderAdapter[R],
@@ -359,6 +380,7 @@ class Ledger:
             compensates=original.intent_key,
         )
 
+    @counted
     def settle(
         self,
         record: EffectRecord,
@@ -413,6 +435,7 @@ class Ledger:
         self._after_settled(settled)
         return settled
 
+    @counted
     def record_evidence(self, evidence: Evidence) -> bool:
         """Store provider evidence once; if it decides an unknown intent, settle it now. False if a duplicate."""
         self._tenant(evidence.tenant)
@@ -612,10 +635,11 @@ class Ledger:
             if not contended:
                 contended = True
                 self._observe("claim_contended", record)
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or self._calls.closing:
+                why = ": this ledger is closing" if self._calls.closing else f" within {self.lease.wait_for_other}"
                 raise EffectInProgress(
                     f"intent {record.intent_key!r} is held by {record.lease_owner} until "
-                    f"{record.lease_expires_at}; it did not finish within {self.lease.wait_for_other}",
+                    f"{record.lease_expires_at}; it did not finish{why}",
                     intent_key=record.intent_key,
                     record=record,
                 )
@@ -964,10 +988,11 @@ class Ledger:
         or lookup) instead of waiting for the lease to run out; other processes wait for it to run out."""
         self._abandoned.add((record.tenant, record.intent_key, record.version))
         answer = f"{to}, provider id {result_id}" if result_id else str(to)
+        then = "once its lease runs out" if isinstance(down, LedgerClosed) else "once the ledger answers"
         return EffectUnknown(
             f"intent {record.intent_key!r}: {record.provider} answered ({answer}) but the ledger could not record "
             f"it ({down}); the intent stays in flight until it is reconciled, never resent blindly: call again "
-            "once the ledger answers",
+            f"{then}",
             intent_key=record.intent_key,
             record=record,
         )

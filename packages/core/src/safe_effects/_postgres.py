@@ -20,7 +20,14 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ._approvals import Approval, ApprovalState, decided_meanwhile, decision_of
 from ._bookkeeping import check_columns, check_versions
-from ._errors import InvalidInput, LedgerUnavailable, MissingDependency, StaleRecord, StorePermissionDenied
+from ._errors import (
+    InvalidInput,
+    LedgerClosed,
+    LedgerUnavailable,
+    MissingDependency,
+    StaleRecord,
+    StorePermissionDenied,
+)
 from ._fork import keep_inherited, renew_in_children
 from ._migrations import MIGRATIONS, POSTGRES_BOOKKEEPING
 from ._passwords import masked
@@ -142,9 +149,13 @@ class _Checkout:
         self._pool, self._sweep, self._down, self._schema = pool, sweep, down, schema
 
     def __enter__(self) -> Connection[TupleRow]:
+        if self._pool.closed:  # not an outage to wait out: a psycopg PoolClosed would read as one
+            raise LedgerClosed(f"the PostgreSQL ledger (schema {self._schema}) is closed")
         try:
             self._conn = self._live_connection()
         except self._down as error:
+            if self._pool.closed:  # closed while this call waited for a connection
+                raise LedgerClosed(f"the PostgreSQL ledger (schema {self._schema}) is closed") from error
             raise LedgerUnavailable(f"the PostgreSQL ledger gave no connection: {error}") from error
         return self._conn
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from ._approvals import Approval, ApprovalState, decided_meanwhile, decision_of
 from ._bookkeeping import check_columns, check_versions
-from ._errors import InvalidInput, LedgerUnavailable
+from ._errors import InvalidInput, LedgerClosed, LedgerUnavailable
 from ._fork import renew_in_children
 from ._migrations import MIGRATIONS, SQLITE_BOOKKEEPING
 from ._records import AuditEntry, EffectRecord, Evidence
@@ -204,6 +204,7 @@ class SQLiteStore:
         # gets its connection closed when another opens one (a server with a thread per request would
         # otherwise keep two file descriptors per finished thread, until the process runs out of them)
         self._connections: list[tuple[weakref.ref[threading.Thread], sqlite3.Connection]] = []
+        self._closed = False
         renew_in_children(self)
 
     def _renew_after_fork(self) -> None:
@@ -221,6 +222,8 @@ class SQLiteStore:
         """This thread's connection: sqlite3 connections must not be shared between threads."""
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
+            if self._closed:  # a new connection now would be one that nothing ever closes
+                raise LedgerClosed(f"the SQLite ledger {self.path} is closed")
             conn = self._connect()
             self._local.conn = conn
             with self._lock:
@@ -307,8 +310,10 @@ class SQLiteStore:
         return applied
 
     def close(self) -> None:
-        """Close every thread's connection (they were opened with check_same_thread=False for this)."""
+        """Close every thread's connection (they were opened with check_same_thread=False for this); the store
+        opens none after it (:class:`LedgerClosed`)."""
         with self._lock:
+            self._closed = True
             connections, self._connections = self._connections, []
         for _, conn in connections:
             conn.close()
