@@ -69,6 +69,7 @@ def _pgbouncer_binary() -> str:
 def _pgbouncer(pg_url: str, pool_mode: str, pool_size: int, *, round_robin: bool = False) -> Iterator[str]:
     """A PgBouncer in ``pool_mode`` in front of the test database; yields its URL. ``round_robin``: it hands
     out its server sessions in turn, not the most recently used first."""
+    binary = _pgbouncer_binary()  # first: a missing one skips (fails under CI) before a folder is left behind
     target = conninfo_to_dict(pg_url)
     user = str(target.get("user", "postgres"))
     folder = Path(tempfile.mkdtemp(prefix="se-pgbouncer-"))
@@ -84,7 +85,7 @@ def _pgbouncer(pg_url: str, pool_mode: str, pool_size: int, *, round_robin: bool
         f"pool_mode = {pool_mode}\ndefault_pool_size = {pool_size}\nmax_client_conn = 100\n"
         f"server_round_robin = {int(round_robin)}\n"
     )
-    command = [_pgbouncer_binary(), str(folder / "pgbouncer.ini")]
+    command = [binary, str(folder / "pgbouncer.ini")]
     if os.geteuid() == 0:
         command[1:1] = ["-u", "postgres"]
     log = folder / "pgbouncer.log"
