@@ -219,15 +219,16 @@ CASES = {
     ),
     # Through one ledger the same key with other params is an IntentConflict before sending, and the same
     # digest always sends the same stamped body: Stripe's 400 idempotency_error is only reachable when the
-    # key was used by a writer outside this ledger. The fake then holds that writer's PaymentIntent.
+    # key was used by a writer outside this ledger. The fake then holds that writer's PaymentIntent, which may
+    # be this very intent's charge (the raw SDK before adoption): unknown, never "rejected, no effect".
     "idempotency_error_key_used_elsewhere": Case(
         _key_used_outside_this_ledger,
         PI,
-        EffectRejected,
+        EffectUnknown,
         stripe.IdempotencyError,
-        EffectStatus.REJECTED,
+        EffectStatus.UNKNOWN,
         "IdempotencyError",
-        None,
+        "idempotency_error",
         [200, 400],
         payment_intents=1,
         effects=1,

@@ -51,6 +51,11 @@ class IdempotencyContract(_Frozen):
     retention: timedelta | None = None  # how long the provider remembers a key
     parameter_matching: ParameterMatching = ParameterMatching.NONE
     concurrent_same_key: ConcurrentSameKey = ConcurrentSameKey.DUPLICATES
+    # error codes by which the provider says its key already holds a request with other params (Stripe:
+    # idempotency_error). This ledger sends one key with one body, so that request was made outside it (the
+    # raw SDK before adoption, another version of the wrapper) at a time nobody here knows: the key may expire
+    # before the window counted from this ledger's first send, and a replay would then act a second time
+    mismatch_codes: frozenset[str] = frozenset()
 
 
 class ProviderContract(_Frozen):
@@ -77,12 +82,20 @@ class ProviderContract(_Frozen):
             return None
         return first_dispatched_at + self.idempotency.retention - self.replay_safety_margin
 
-    def can_replay(self, first_dispatched_at: datetime | None, now: datetime) -> bool:
-        """True when resending with the same key is certain to be deduped by the provider."""
+    def can_replay(
+        self, first_dispatched_at: datetime | None, now: datetime, *, last_error_code: str | None = None
+    ) -> bool:
+        """True when resending with the same key is certain to be deduped by the provider: inside the window
+        counted from the first send, and unless the provider said another request holds the key
+        (``last_error_code`` in ``idempotency.mismatch_codes``), whose window nobody here can count."""
+        if last_error_code is not None and last_error_code in self.idempotency.mismatch_codes:
+            return False
         deadline = None if first_dispatched_at is None else self.replay_deadline(first_dispatched_at)
         return deadline is not None and now < deadline
 
-    def may_reopen_when_absent(self, first_dispatched_at: datetime | None, now: datetime) -> bool:
+    def may_reopen_when_absent(
+        self, first_dispatched_at: datetime | None, now: datetime, *, last_error_code: str | None = None
+    ) -> bool:
         """Whether a lookup that proves absence may put an intent back to dispatchable.
 
         Only where the contract trusts that proof, and never past a key retention window: inside it a wrong
@@ -93,4 +106,4 @@ class ProviderContract(_Frozen):
             return False
         if not self.idempotency.supported or self.idempotency.retention is None:
             return True
-        return self.can_replay(first_dispatched_at, now)
+        return self.can_replay(first_dispatched_at, now, last_error_code=last_error_code)

@@ -674,7 +674,9 @@ class Ledger:
             return None  # never sent: nothing to reconcile
         if spoken := self._spoken_since_reopen(record):
             return spoken
-        if contract.may_reopen_when_absent(record.first_dispatched_at, self.clock()):
+        if contract.may_reopen_when_absent(
+            record.first_dispatched_at, self.clock(), last_error_code=record.last_error_code
+        ):
             return None  # still inside the window (or a provider whose lookups are proof)
         trail = self.store.audit_trail(record.tenant, record.intent_key)  # a purged record's rows come first
         if any(entry.to_status is S.UNKNOWN and _written_since(entry.at, record) for entry in trail):
@@ -1215,7 +1217,9 @@ class Ledger:
     ) -> Receipt:
         """A caller retried an unknown intent: evidence, then same-key replay if safe, then lookup."""
         settled = self._settle_by_evidence(record, contract)
-        if settled is None and contract.can_replay(record.first_dispatched_at, self.clock()):
+        if settled is None and contract.can_replay(
+            record.first_dispatched_at, self.clock(), last_error_code=record.last_error_code
+        ):
             claimed = self._claim(record, reason="same-key replay within the provider's retention window")
             return self._dispatch(adapter, request, claimed, contract, method="key_replay")
         settled = settled or self._settle_by_lookup(adapter, record)
@@ -1295,7 +1299,9 @@ class Ledger:
         if (
             found.status is LookupStatus.ABSENT
             and not accepted  # the provider said it took the request: a lookup's "absent" is lag, not proof
-            and contract.may_reopen_when_absent(record.first_dispatched_at, self.clock())
+            and contract.may_reopen_when_absent(
+                record.first_dispatched_at, self.clock(), last_error_code=record.last_error_code
+            )
         ):
             return self._move(record, S.PREPARED, f"proven absent by lookup:{found.method}")
         return None

@@ -16,9 +16,10 @@ from stripe.oauth_error import OAuthError
 
 from safe_effects import Outcome, Verdict
 
+from ._contract import KEY_HELD_BY_ANOTHER_REQUEST
+
 _FINAL = (
     stripe.CardError,
-    stripe.IdempotencyError,
     stripe.InvalidRequestError,
     OAuthError,  # /oauth/token and /oauth/deauthorize refused (invalid_grant, invalid_client...): nothing done
 )
@@ -106,6 +107,11 @@ def classify(error: BaseException) -> Verdict:
         # a request under the same key (or on the same object) still runs; v2 types "key in use" as an
         # IdempotencyError, which is final only as a 400 (the key reused with other params)
         return Verdict.of(error, Outcome.UNKNOWN, error_code(error) or "http_409")
+    if isinstance(error, stripe.IdempotencyError):
+        # a 400: the key already holds a request with other params, one this ledger did not make (it sends one
+        # key with one body): the raw SDK before adoption, or another version of this wrapper. That request
+        # may have acted, so not "rejected"; and its key may expire at any time, so never replayed
+        return Verdict.of(error, Outcome.UNKNOWN, KEY_HELD_BY_ANOTHER_REQUEST)
     if isinstance(error, _CREDENTIALS):
         return Verdict.credentials_refused(error, error_code(error))
     if isinstance(error, _FINAL) or (isinstance(error, stripe.StripeError) and _refused(error)):

@@ -29,6 +29,9 @@ PROVIDER = "stripe"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 MAX_KEY_LENGTH = 255
 KEY_RETENTION = timedelta(hours=24)
+# Stripe's error code for a key that already holds a request with other params (400, IdempotencyError): the
+# ledger records it unknown under this code, and the contract never replays such a key (see mismatch_codes)
+KEY_HELD_BY_ANOTHER_REQUEST = "idempotency_error"
 CONNECT_TIMEOUT = 5.0
 READ_TIMEOUT = 30.0
 
@@ -103,6 +106,7 @@ BASE_CONTRACT = ProviderContract(
         retention=KEY_RETENTION,
         parameter_matching=ParameterMatching.STRICT,
         concurrent_same_key=ConcurrentSameKey.CONFLICT,
+        mismatch_codes=frozenset({KEY_HELD_BY_ANOTHER_REQUEST}),
     ),
     lookups=(KEY_REPLAY, SEARCH, RETRIEVE),
     normal_response_window=timedelta(seconds=READ_TIMEOUT),
