@@ -10,7 +10,14 @@ import stripe
 
 from safe_effects import DEFAULT_TENANT, ApprovalThresholds, IntentKey, LookupKind, ParameterMatching
 from stripe_safe import METADATA_INTENT, METADATA_TENANT, contract_for, operation_for, provider_key, search_query
-from stripe_safe._contract import deleted_object_type, read_params, retrieve_paths, stamp_metadata, summary_for
+from stripe_safe._contract import (
+    STAMPED_CREATES,
+    deleted_object_type,
+    read_params,
+    retrieve_paths,
+    stamp_metadata,
+    summary_for,
+)
 from stripe_safe._wire import as_sent
 from stripe_safe.testing._form import decode_form, parse_search
 
@@ -80,6 +87,16 @@ def test_metadata_is_added_on_stamped_creates_only_and_the_callers_params_are_un
     assert stamp_metadata("payment_intents.confirm", {}, "a:b:c:v1", "default") == {}
     assert len(METADATA_INTENT) <= 40
     assert len(METADATA_TENANT) <= 40
+
+
+def test_what_the_wrapper_stamps_is_pinned() -> None:
+    """A replay rebuilds its request with the code running then: stamped otherwise, an open intent's replay is
+    Stripe's idempotency_error (recorded unknown, for an operator). Change these only in a release whose notes
+    say to settle open Stripe intents before deploying it (docs/adopting.md)."""
+    assert (METADATA_INTENT, METADATA_TENANT) == ("safe_effects_intent", "safe_effects_tenant")
+    resources = ("payment_intents", "charges", "customers", "invoices", "prices", "products", "subscriptions")
+    others = ("refunds", "setup_intents", "transfers", "payouts")
+    assert {f"{resource}.create" for resource in (*resources, *others)} == STAMPED_CREATES
 
 
 def test_search_query_escapes_quotes_and_round_trips_through_the_fake_parser() -> None:
