@@ -60,6 +60,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "LookupMethod",
         "LookupResult",
         "LookupStatus",
+        "LOOKUP_ERROR",
         "MigrationsPending",
         "MissingDependency",
         "MissingIntentKey",

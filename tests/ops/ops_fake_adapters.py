@@ -30,6 +30,13 @@ class Misconfigured(GenericFakeAdapter):
         raise RuntimeError("FAKE_API_KEY is not set")
 
 
+class LookupsRefused(GenericFakeAdapter):
+    """Every lookup refused, as with a revoked API key or the provider's API down."""
+
+    def lookup(self, record: EffectRecord) -> LookupResult:
+        raise RuntimeError("401: the API key was revoked")
+
+
 def make_adapter(path: str, *, retention_days: int | None = None) -> GenericFakeAdapter:
     adapter = SlowLookups(GenericFakeProvider(path))
     if retention_days is not None:
@@ -46,6 +53,10 @@ def from_env(env: Mapping[str, str]) -> ProviderAdapter[Any]:
 
 def adapters() -> dict[str, ProviderAdapter[Any]]:
     return {"fake": make_adapter(os.environ[FAKE_ENV])}
+
+
+def lookups_refused() -> dict[str, ProviderAdapter[Any]]:
+    return {"fake": LookupsRefused(GenericFakeProvider(os.environ[FAKE_ENV]))}
 
 
 def long_retention() -> dict[str, ProviderAdapter[Any]]:

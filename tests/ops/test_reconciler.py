@@ -380,6 +380,20 @@ def test_cli_one_shot_reconcile_exits_1_when_a_record_fails(ops: Ops) -> None:
     assert ops.cli("reconcile", "--adapters", ADAPTERS).exit_code == 0  # a sweep without errors still exits 0
 
 
+def test_cli_one_shot_reconcile_exits_1_when_lookups_fail(ops: Ops) -> None:
+    """A revoked key or a provider down makes every lookup fail: an error for cron and the alert, not the
+    "not found yet" of a lookup that ran."""
+    ops.unknown("invoice:a:collect:v1")
+    result = ops.cli("reconcile", "--adapters", "ops_fake_adapters:lookups_refused", "--json")
+    assert result.exit_code == 1, result.output
+    assert "1 record(s) could not be reconciled" in result.stderr
+    [item] = json.loads(result.stdout)["items"]
+    assert (item["outcome"], item["method"]) == ("error", "lookup:lookup_error")
+    assert "401: the API key was revoked" in item["note"]
+    assert ops.ledger.get("invoice:a:collect:v1").status == "unknown"
+    assert len(ops.fake.effects()) == 1  # nothing redispatched
+
+
 def test_two_reconciler_processes_settle_each_record_exactly_once(ops: Ops) -> None:
     keys = [f"invoice:p{n}:collect:v1" for n in range(16)]
     for key in keys:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from safe_effects import EffectRecord, EffectRejected, EffectStatus, EffectUnknown, Ledger
+from safe_effects import EffectRecord, EffectRejected, EffectStatus, EffectUnknown, Ledger, LookupStatus
 from safe_effects.testing import Fault
 from sendgrid_safe import LedgerResponse, SendGridAPIClient, ingest_events
 from sendgrid_safe.testing import FakeSendGrid
@@ -76,9 +76,15 @@ def test_without_evidence_it_stays_unknown_and_is_listed(
         _retry_stays_unknown(sg, fake, key, mail())
     assert sg.reconcile(intent_key=key).status is S.UNKNOWN
     assert ledger.get(key).status is S.UNKNOWN
+    failed = sg.adapter.lookup(ledger.get(key))  # an error, not "not indexed yet": the reconciler's alert sees it
+    assert (failed.status, failed.method, failed.detail) == (
+        LookupStatus.INCONCLUSIVE,
+        "lookup_error",
+        {"error": "http_403"},
+    )
     unknown = ledger.store.list_by_status([S.UNKNOWN], provider="sendgrid", limit=10_000)
     assert key in [r.intent_key for r in unknown]
-    assert len(fake.requests("GET", "/v3/messages")) == 4
+    assert len(fake.requests("GET", "/v3/messages")) == 5
 
 
 def test_the_activity_rate_limit_is_kept_locally(

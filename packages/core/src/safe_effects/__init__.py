@@ -1,6 +1,6 @@
 """safe-effects: a durable effect ledger that stops double charges and duplicate sends."""
 
-from ._adapter import EffectRequest, LookupResult, LookupStatus, Outcome, ProviderAdapter, Verdict
+from ._adapter import LOOKUP_ERROR, EffectRequest, LookupResult, LookupStatus, Outcome, ProviderAdapter, Verdict
 from ._adapter_registry import ENTRY_POINT_GROUP, RegisteredAdapters, load_adapters
 from ._approvals import Approval, ApprovalState
 from ._clock import Clock, system_clock
@@ -109,6 +109,7 @@ __all__ = [
     "Outcome",
     "LookupResult",
     "LookupStatus",
+    "LOOKUP_ERROR",
     "Clock",
     "system_clock",
     # operations: reconciler, operator actions, two-person rule, metrics, purge

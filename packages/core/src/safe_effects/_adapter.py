@@ -76,10 +76,16 @@ class LookupStatus(StrEnum):
     INCONCLUSIVE = "inconclusive"  # not found, which proves nothing
 
 
+# the method of a lookup that failed (it raised, or the provider refused it: a revoked key, an outage, a 429).
+# The ledger gives it to a lookup that raises; an adapter that catches its own errors reports it, so that the
+# reconciler counts the record as an error (exit 1, its alert) rather than as "not found yet"
+LOOKUP_ERROR = "lookup_error"
+
+
 @dataclass(frozen=True, slots=True)
 class LookupResult:
     status: LookupStatus
-    method: str  # e.g. "search", "retrieve", "activity_api"
+    method: str  # e.g. "search", "retrieve", "activity_api", LOOKUP_ERROR
     provider_result_id: str | None = None
     response_digest: str | None = None
     evidence: str | None = None  # a reference an operator can follow

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
 
 from ._adapter import (
+    LOOKUP_ERROR,
     EffectRequest,
     LookupResult,
     LookupStatus,
@@ -337,6 +338,14 @@ class Ledger:
         self, adapter: ProviderAdapter[Any], *, intent_key: IntentKey | str, tenant: str = DEFAULT_TENANT
     ) -> EffectRecord:
         """Settle an unknown (or abandoned in-flight) intent from evidence or a lookup; never redispatches."""
+        return self._reconcile(adapter, intent_key=intent_key, tenant=tenant)[0]
+
+    @counted
+    def _reconcile(
+        self, adapter: ProviderAdapter[Any], *, intent_key: IntentKey | str, tenant: str
+    ) -> tuple[EffectRecord, LookupResult | None]:
+        """:meth:`reconcile`, and the lookup it made (None without one): the reconciler counts a failed lookup
+        as an error, where a lookup that found nothing yet is not one."""
         record = self.get(intent_key, tenant=tenant)
         if adapter.provider != record.provider:
             raise InvalidInput(
@@ -345,10 +354,12 @@ class Ledger:
             )
         record = self._expire_lease(record)
         if record.status is not S.UNKNOWN:
-            return record
+            return record, None
         contract = adapter.contract_for(record.operation)
-        settled = self._settle_by_evidence(record, contract) or self._settle_by_lookup(adapter, record)
-        return settled or self.get(intent_key, tenant=tenant)
+        if (settled := self._settle_by_evidence(record, contract)) is not None:
+            return settled, None
+        settled, found = self._settle_by_lookup(adapter, record)
+        return settled or self.get(intent_key, tenant=tenant), found
 
     @counted
     def compensate(
@@ -1222,7 +1233,8 @@ class Ledger:
         ):
             claimed = self._claim(record, reason="same-key replay within the provider's retention window")
             return self._dispatch(adapter, request, claimed, contract, method="key_replay")
-        settled = settled or self._settle_by_lookup(adapter, record)
+        if settled is None:
+            settled, _ = self._settle_by_lookup(adapter, record)
         if settled is not None and settled.status is S.PREPARED:  # proven absent, where the contract allows
             return self._dispatch(adapter, request, self._claim(settled, reason="redispatch"), contract)
         if settled is not None and settled.status in (S.CONFIRMED, S.COMPENSATED):
@@ -1269,14 +1281,17 @@ class Ledger:
     def _past_rejection_window(self, accepted: Evidence, contract: ProviderContract) -> bool:
         return accepted.received_at + contract.rejection_window <= self.clock()
 
-    def _settle_by_lookup(self, adapter: ProviderAdapter[Any], record: EffectRecord) -> EffectRecord | None:
+    def _settle_by_lookup(
+        self, adapter: ProviderAdapter[Any], record: EffectRecord
+    ) -> tuple[EffectRecord | None, LookupResult]:
+        """The record as the lookup settled it (None when it settled nothing), and the lookup's result."""
         try:
             found = adapter.lookup(record)
         except Exception as exc:  # a failing lookup proves nothing
-            found = LookupResult(LookupStatus.INCONCLUSIVE, "lookup_error", detail={"error": repr(exc)})
+            found = LookupResult(LookupStatus.INCONCLUSIVE, LOOKUP_ERROR, detail={"error": repr(exc)})
         resolution = Resolution(method=f"lookup:{found.method}", evidence=found.evidence)
         if found.status is LookupStatus.FOUND:
-            return self.settle(
+            confirmed = self.settle(
                 record,
                 S.CONFIRMED,
                 resolution=resolution,
@@ -1284,14 +1299,16 @@ class Ledger:
                 provider_result_id=found.provider_result_id,
                 response_digest=found.response_digest,
             )
+            return confirmed, found
         if found.status is LookupStatus.REFUSED:
-            return self.settle(
+            refused = self.settle(
                 record,
                 S.REJECTED,
                 resolution=resolution,
                 actor=self.worker_id,
                 provider_result_id=found.provider_result_id,
             )
+            return refused, found
         contract = adapter.contract_for(record.operation)
         # found and refused are counted by settle(); the rest here, so one lookup is one event
         self._observe("reconciliation", record, method=f"lookup:{found.method}", outcome=found.status.value)
@@ -1303,8 +1320,8 @@ class Ledger:
                 record.first_dispatched_at, self.clock(), last_error_code=record.last_error_code
             )
         ):
-            return self._move(record, S.PREPARED, f"proven absent by lookup:{found.method}")
-        return None
+            return self._move(record, S.PREPARED, f"proven absent by lookup:{found.method}"), found
+        return None, found
 
     # -- small helpers ------------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from datetime import datetime
 from itertools import zip_longest
 from typing import Any
 
-from ._adapter import ProviderAdapter
+from ._adapter import LOOKUP_ERROR, ProviderAdapter
 from ._errors import InvalidInput, StaleRecord
 from ._ledger import Ledger
 from ._rate import TokenBucket
@@ -204,7 +204,7 @@ class Reconciler:
                 deferred.add(record.provider)
                 self.ledger._expire_lease(record)  # needs no lookup: a lost worker's intent shows as unknown now
                 return item("deferred", note="provider lookup rate limit reached; next run")
-            after = self.ledger.reconcile(adapter, intent_key=record.intent_key, tenant=record.tenant)
+            after, looked_up = self.ledger._reconcile(adapter, intent_key=record.intent_key, tenant=record.tenant)
         except StaleRecord:
             return item("contended", note="another process moved it first")
         except Exception as error:  # one broken record or adapter must not stop the sweep
@@ -212,6 +212,9 @@ class Reconciler:
         method = after.resolution.method if after.resolution is not None else None
         if after.status in TERMINAL or after.status is S.PREPARED:
             return item(after.status.value if self._ours(after) else "contended", method)
+        if looked_up is not None and looked_up.method == LOOKUP_ERROR:  # a revoked key, an outage: not "not yet"
+            why = looked_up.detail.get("error", "no detail")
+            return item("error", f"lookup:{LOOKUP_ERROR}", f"the lookup failed ({why}); stays unknown")
         return item("unknown", note="inconclusive: stays unknown for the next run or an operator")
 
     def _paced(self, adapter: ProviderAdapter[Any], record: EffectRecord) -> bool:

@@ -9,6 +9,7 @@ from typing import Any
 import sendgrid
 
 from safe_effects import (
+    LOOKUP_ERROR,
     EffectRecord,
     EffectRequest,
     IntentKey,
@@ -69,10 +70,11 @@ class SendGridAdapter:
             return LookupResult(LookupStatus.INCONCLUSIVE, "activity_api", detail={"skipped": skipped})
         try:
             answer = _client.get_messages(self.sdk, query, self.timeout)
-        except Exception as error:  # 403 without the add-on, 429, transport: nothing learned
+        except Exception as error:  # 403 without the add-on, 401, 429, 5xx, transport: nothing learned
             verdict = _rules.classify(error)
+            # counted apart from "not indexed yet": the reconciler reports an error, its alert fires
             return LookupResult(
-                LookupStatus.INCONCLUSIVE, "activity_api", detail={"error": verdict.error_code or "error"}
+                LookupStatus.INCONCLUSIVE, LOOKUP_ERROR, detail={"error": verdict.error_code or "error"}
             )
         messages = answer.get("messages") if isinstance(answer, dict) else None
         found = [m for m in messages or [] if isinstance(m, dict) and isinstance(m.get("msg_id"), str)]
