@@ -333,11 +333,11 @@ class Ledger:
             raise IntentNotFound(f"no effect recorded for intent {key!r} (tenant {tenant!r})")
         return record
 
-    @counted
     def reconcile(
         self, adapter: ProviderAdapter[Any], *, intent_key: IntentKey | str, tenant: str = DEFAULT_TENANT
     ) -> EffectRecord:
         """Settle an unknown (or abandoned in-flight) intent from evidence or a lookup; never redispatches."""
+        # counted as a running call in _reconcile, which the reconciler calls too
         return self._reconcile(adapter, intent_key=intent_key, tenant=tenant)[0]
 
     @counted

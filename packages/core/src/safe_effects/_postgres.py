@@ -150,14 +150,17 @@ class _Checkout:
 
     def __enter__(self) -> Connection[TupleRow]:
         if self._pool.closed:  # not an outage to wait out: a psycopg PoolClosed would read as one
-            raise LedgerClosed(f"the PostgreSQL ledger (schema {self._schema}) is closed")
+            raise self._closed()
         try:
             self._conn = self._live_connection()
         except self._down as error:
             if self._pool.closed:  # closed while this call waited for a connection
-                raise LedgerClosed(f"the PostgreSQL ledger (schema {self._schema}) is closed") from error
+                raise self._closed() from error
             raise LedgerUnavailable(f"the PostgreSQL ledger gave no connection: {error}") from error
         return self._conn
+
+    def _closed(self) -> LedgerClosed:
+        return LedgerClosed(f"the PostgreSQL ledger (schema {self._schema}) is closed")
 
     def _live_connection(self) -> Connection[TupleRow]:
         """A pooled connection that answered its ping if it was suspect (see :func:`_ping_if_suspect`), within
