@@ -29,6 +29,7 @@ from safe_effects import (
     LedgerUnavailable,
     LookupKind,
     LookupMethod,
+    LookupResult,
     Reconciler,
     RetryPolicy,
     SimulatedCrash,
@@ -92,6 +93,35 @@ def test_a_named_cursor_carries_the_round_robin_to_a_new_reconciler(ops: Ops) ->
     assert len(ops.fake.effects()) == 1  # found's own charge: nothing was redispatched
     unnamed = Reconciler(ops.ledger, {"fake": ops.adapter}).run_once(limit=1)  # its own, in-memory cursor
     assert [i.intent_key for i in unnamed.items] == [stuck[0]]
+
+
+class StopsAtLookup(GenericFakeAdapter):
+    """Ctrl-C arrives during the lookup of the ``at``-th record (counting from 1), as a stopped sweep's would."""
+
+    def __init__(self, adapter: GenericFakeAdapter, at: int) -> None:
+        super().__init__(adapter.fake, contract=adapter.contract)
+        self.at, self.lookups = at, 0
+
+    def lookup(self, record: EffectRecord) -> LookupResult:
+        self.lookups += 1
+        if self.lookups == self.at:
+            raise KeyboardInterrupt
+        return GenericFakeAdapter.lookup(self, record)
+
+
+def test_a_sweep_stopped_part_way_is_taken_up_where_it_stopped(ops: Ops) -> None:
+    """The records a stopped sweep had not finished come first in the next one, not a whole round later."""
+    stuck = [ops.unknown(f"invoice:stuck{n}:collect:v1", happened=False).intent_key for n in range(5)]
+    with pytest.raises(KeyboardInterrupt):
+        Reconciler(ops.ledger, {"fake": StopsAtLookup(ops.adapter, at=3)}, cursor_name="cron").run_once(limit=5)
+    after = Reconciler(ops.ledger, {"fake": ops.adapter}, cursor_name="cron").run_once(limit=3)
+    assert [(i.intent_key, i.outcome) for i in after.items] == [
+        (stuck[2], "unknown"),  # the one the stop interrupted: looked up again
+        (stuck[3], "unknown"),
+        (stuck[4], "unknown"),
+    ]
+    assert [ops.ledger.get(key).status for key in stuck] == ["unknown"] * 5
+    assert ops.fake.effects() == []  # never at the provider, and nothing was redispatched
 
 
 def test_cli_one_shot_runs_reach_newer_unknowns_behind_inconclusive_ones(ops: Ops) -> None:

@@ -78,8 +78,10 @@ class Reconciler:
     starts there. One cursor per provider keeps one provider's backlog or rate limit from holding back
     another's: each provider gets up to ``limit`` records a sweep.
 
-    The cursors live in this object, and with ``cursor_name`` also in the store (as ``NAME/provider``), saved
-    once per sweep and provider (an inconclusive attempt still writes nothing to its record). Without a name a
+    The cursors live in this object, and with ``cursor_name`` also in the store (as ``NAME/provider``), moved
+    after each record the sweep looked at (an inconclusive attempt still writes nothing to its record), so a
+    sweep stopped part way (SIGTERM, Ctrl-C, a store outage) is taken up by the next at the first record it had
+    not finished. Without a name a
     fresh Reconciler starts from the oldest again, which suits a long-running process that keeps one
     (``safe-effects reconcile --loop``); a scheduler that builds a new one per run (cron, ``safe-effects
     reconcile``) names its cursors to carry the round robin from run to run. Reconcilers sharing a name share
@@ -96,6 +98,7 @@ class Reconciler:
     # per provider, the last record the previous sweep looked at (None: start from the oldest)
     _cursors: dict[str, Position | None] = field(default_factory=dict, init=False)
     _starts: dict[str, Position | None] = field(default_factory=dict, init=False)  # where this sweep began
+    _ends: dict[str, Position | None] = field(default_factory=dict, init=False)  # where a finished sweep ends
 
     def __post_init__(self) -> None:
         if self.cursor_name is not None and len(check_cursor_name(self.cursor_name)) > MAX_CURSOR_PREFIX:
@@ -107,13 +110,14 @@ class Reconciler:
     def candidates(self, limit: int) -> list[EffectRecord]:
         """Per provider with records in doubt, up to ``limit`` unknown records and in-flight ones whose lease
         expired, least recently updated first, starting after that provider's previous sweep stopped and
-        wrapping around to the oldest (see the class)."""
+        wrapping around to the oldest (see the class). Moves no cursor: :meth:`run_once` does, as it goes."""
         in_doubt = self.ledger.store.status_counts([S.UNKNOWN, S.IN_FLIGHT])
         per_provider: list[list[EffectRecord]] = []
+        self._starts.clear()
+        self._ends.clear()
         for provider in sorted({provider for _, provider, _, _ in in_doubt}):
             self._starts[provider] = start = self._position(provider)
-            picked, end = self._walk(provider, start, limit)
-            self._move_cursor(provider, end)
+            picked, self._ends[provider] = self._walk(provider, start, limit)
             per_provider.append(picked)
         # taken in turns, so one provider's paced lookups (sleeps between them) do not hold back the others'
         return [record for turn in zip_longest(*per_provider) for record in turn if record is not None]
@@ -173,8 +177,12 @@ class Reconciler:
             if provider in deferred and not was_deferred:  # its first deferred record: the next sweep starts
                 # at it (whatever became of moving its expired lease: another process may have got there first)
                 self._move_cursor(provider, looked_at.get(provider, self._starts[provider]))
-            elif item.outcome != "deferred":
+            elif item.outcome != "deferred":  # done with: a sweep stopped after this point starts after it
                 looked_at[provider] = _position_of(record)
+                self._move_cursor(provider, looked_at[provider])
+        for provider, end in self._ends.items():  # past the records walked over but not picked (live leases)
+            if provider not in deferred and (provider not in looked_at or looked_at[provider] != end):
+                self._move_cursor(provider, end)
         self._take_over_abandoned()
         self.ledger.observer.on_event("reconciler_run", {})
         return ReconcileReport(tuple(items))
