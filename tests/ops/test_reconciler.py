@@ -500,6 +500,20 @@ def test_cli_reconcile_loop_still_stops_on_a_refusal_no_retry_heals(ops: Ops, mo
     assert ops.ledger.get(key).status == "unknown"
 
 
+def test_cli_reconcile_loop_json_is_one_line_a_sweep(ops: Ops, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long-running reconciler's output goes to a log pipeline that reads one record per line."""
+    found = ops.unknown("invoice:a:collect:v1").intent_key
+    stuck = ops.unknown("invoice:b:collect:v1", happened=False).intent_key
+    pause_then_stop(monkeypatch, sweeps=2)
+    looped = ops.cli("reconcile", "--loop", "--interval", "5", "--adapters", ADAPTERS, "--json")
+    assert looped.exit_code == 0, looped.output
+    sweeps = [json.loads(line) for line in looped.stdout.splitlines()]
+    assert [sweep["counts"] for sweep in sweeps] == [{"confirmed": 1, "unknown": 1}, {"unknown": 1}]
+    assert [item["intent_key"] for item in sweeps[1]["items"]] == [stuck]
+    assert (ops.ledger.get(found).status, ops.ledger.get(stuck).status) == ("confirmed", "unknown")
+    assert len(ops.fake.effects()) == 1  # found's own charge: nothing was redispatched
+
+
 def pause_then_stop(monkeypatch: pytest.MonkeyPatch, *, sweeps: int) -> list[float]:
     """Replace the loop's pause between sweeps by one that ends the loop (exit 0) at its ``sweeps``-th pause."""
     pauses: list[float] = []

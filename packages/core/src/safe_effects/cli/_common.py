@@ -161,8 +161,12 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def print_json(value: Any) -> None:
-    typer.echo(json.dumps(jsonable(value), indent=2, sort_keys=True))
+def print_json(value: Any, *, one_line: bool = False) -> None:
+    """Indented for a reader; ``one_line`` (JSON Lines) for a log pipeline that reads one record per line."""
+    if one_line:
+        typer.echo(json.dumps(jsonable(value), sort_keys=True, separators=(",", ":")))
+    else:
+        typer.echo(json.dumps(jsonable(value), indent=2, sort_keys=True))
 
 
 def table(title: str | None, columns: list[str], rows: list[list[Any]]) -> Table:

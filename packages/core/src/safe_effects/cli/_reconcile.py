@@ -37,9 +37,9 @@ from ._common import (
 _SPELLED_OUT = MAX_CURSOR_PREFIX - len("reconcile:")  # providers' names listed in a default cursor name, at most
 
 
-def _show(report: ReconcileReport, as_json: bool) -> None:
+def _show(report: ReconcileReport, as_json: bool, *, one_line: bool = False) -> None:
     if as_json:
-        print_json({"counts": report.counts(), "items": [asdict(item) for item in report.items]})
+        print_json({"counts": report.counts(), "items": [asdict(item) for item in report.items]}, one_line=one_line)
         return
     rows = [[i.tenant, i.intent_key, i.provider, i.before, i.outcome, i.method, i.note] for i in report.items]
     columns = ["tenant", "intent key", "provider", "was", "outcome", "method", "note"]
@@ -52,7 +52,12 @@ def reconcile(
     store: StoreUrl,
     adapters: AdaptersSpec = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=MAX_LIMIT, help="Records per provider per sweep.")] = 100,
-    loop: Annotated[bool, typer.Option("--loop", help="Sweep every --interval seconds until interrupted.")] = False,
+    loop: Annotated[
+        bool,
+        typer.Option(
+            "--loop", help="Sweep every --interval seconds until interrupted; with --json, one line of JSON a sweep."
+        ),
+    ] = False,
     interval: Annotated[float, typer.Option("--interval", min=0.1)] = 30.0,
     metrics_port: Annotated[
         int | None,
@@ -121,4 +126,4 @@ def _sweep(reconciler: Reconciler, limit: int, as_json: bool) -> None:
             traceback.print_exc()
         say(error_line(error))
         return
-    _show(report, as_json)
+    _show(report, as_json, one_line=True)  # a long-running process's output goes to a log: one line a sweep
