@@ -213,6 +213,9 @@ PUBLIC_API: dict[str, list[str]] = {
         "SafeSESv2Client",
         "SendPayload",
         "SesAdapter",
+        "SnsCertificateUnavailable",
+        "SnsSignatureInvalid",
+        "SnsSignatures",
         "TENANT_TAG",
         "UntrustedTopic",
         "adapter_from_env",
@@ -228,6 +231,7 @@ PUBLIC_API: dict[str, list[str]] = {
     ],
     "ses_safe.testing": [
         "MotoFaultProxy",
+        "SnsSigner",
         "intent_tags",
         "is_send",
         "moto_sent_messages",

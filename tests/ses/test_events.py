@@ -21,7 +21,7 @@ from safe_effects import (
 )
 from safe_effects.testing import Fault
 from ses_safe import INTENT_TAG, IngestOutcome, ingest_event, intent_tag, tenant_tag
-from ses_safe.testing import MotoFaultProxy, intent_tags, moto_sent_messages, ses_event, sns_envelope
+from ses_safe.testing import MotoFaultProxy, SnsSigner, intent_tags, moto_sent_messages, ses_event, sns_envelope
 
 KEY = "order:o_1:receipt:v1"
 
@@ -389,3 +389,124 @@ def test_the_poller_leaves_messages_from_an_unexpected_topic_on_the_queue_unreco
     poller.drain()
     assert poller.counts["recorded"] == 1
     assert ledger.get(KEY).status is EffectStatus.CONFIRMED
+
+
+# -- SNS signatures ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def signer() -> SnsSigner:
+    return SnsSigner()
+
+
+def test_a_signed_event_settles_and_a_forged_or_unsigned_one_records_nothing(
+    ledger: Ledger, unknown_send: tuple[str, dict[str, str]], signer: SnsSigner
+) -> None:
+    """With signatures verified, the topic is no longer anyone's to claim: a forged Reject would invite a resend."""
+    message_id, tags = unknown_send
+    signatures, asked_before = signer.signatures(), len(signer.fetched)
+    reject = ses_event("Reject", message_id=message_id, tags=tags)
+    tampered = json.loads(signer.sign(sns_envelope(ses_event("Send", message_id=message_id, tags=tags))))
+    tampered["Message"] = json.dumps(reject)  # a genuine envelope, its event swapped
+    forgeries = {
+        "tampered": json.dumps(tampered),
+        "unsigned": sns_envelope(reject, topic_arn=SES_TOPIC),
+        "raw delivery": json.dumps(reject),
+        "another key, SNS's certificate URL": SnsSigner().sign(sns_envelope(reject, topic_arn=SES_TOPIC)),
+        "in an SQS message": {"MessageId": "q", "ReceiptHandle": "r", "Body": json.dumps(tampered)},
+    }
+    for name, forged in forgeries.items():
+        with pytest.raises(ses_safe.SnsSignatureInvalid) as refused:
+            ingest_event(ledger, forged, expected_topic_arns={SES_TOPIC}, signatures=signatures)
+        assert refused.value.code == "sns_signature_invalid", name
+        _nothing_recorded(ledger)
+
+    delivered = signer.sign(sns_envelope(ses_event("Delivery", message_id=message_id, tags=tags), topic_arn=SES_TOPIC))
+    result = ingest_event(ledger, delivered, expected_topic_arns={SES_TOPIC}, signatures=signatures)
+    assert result.outcome is IngestOutcome.RECORDED
+    assert ledger.get(KEY).status is EffectStatus.CONFIRMED
+    assert signer.fetched[asked_before:] == [signer.cert_url]  # fetched once, then kept
+
+
+@pytest.mark.parametrize("version", ["1", "2"])
+def test_both_signature_versions_verify_and_the_subject_is_signed_too(version: str) -> None:
+    signer = SnsSigner(version=version)
+    signatures = signer.signatures()
+    envelope = json.loads(sns_envelope(ses_event("Send", message_id="m-1")))
+    for extra in ({}, {"Subject": "Amazon SES Email Event Notification"}, {"Subject": None}):
+        signed = json.loads(signer.sign({**envelope, **extra}))
+        signatures.verify(signed)
+        with pytest.raises(ses_safe.SnsSignatureInvalid, match="does not match"):
+            signatures.verify({**signed, "Subject": "changed"})
+    with pytest.raises(ses_safe.SnsSignatureInvalid, match="SignatureVersion '3'"):
+        signatures.verify({**signed, "SignatureVersion": "3"})
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://sns.us-east-1.amazonaws.com/cert.pem",
+        "https://sns.us-east-1.amazonaws.com.evil.example/cert.pem",
+        "https://evil.example/sns.us-east-1.amazonaws.com/cert.pem",
+        "https://sns.us-east-1.amazonaws.com:8443/cert.pem",
+        "https://user@sns.us-east-1.amazonaws.com/cert.pem",
+        "https://sns.us-east-1.amazonaws.com/cert.txt",
+        "https://s3.amazonaws.com/sns/cert.pem",
+        "https://sns.us-east-1.amazonaws.com:bad/cert.pem",
+    ],
+)
+def test_a_certificate_url_outside_sns_is_refused_before_any_fetch(url: str, signer: SnsSigner) -> None:
+    signed = json.loads(signer.sign(sns_envelope(ses_event("Send", message_id="m-1"))))
+    asked_before = len(signer.fetched)
+    with pytest.raises(ses_safe.SnsSignatureInvalid, match="not an SNS certificate URL"):
+        signer.signatures().verify({**signed, "SigningCertURL": url})
+    assert signer.fetched[asked_before:] == []
+
+
+def test_sns_certificate_urls_of_every_partition_are_taken() -> None:
+    from ses_safe._sns_signature import is_sns_certificate_url
+
+    assert is_sns_certificate_url("https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-abc.pem")
+    assert is_sns_certificate_url("https://sns.cn-north-1.amazonaws.com.cn/SimpleNotificationService-abc.pem")
+
+
+def test_the_poller_keeps_forged_messages_and_waits_for_an_unreachable_certificate(
+    ledger: Ledger,
+    queue: tuple[Any, str],
+    unknown_send: tuple[str, dict[str, str]],
+    signer: SnsSigner,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A forgery is kept for the dead-letter queue; a genuine event whose certificate cannot be fetched now is
+    left for the next receive, never deleted unrecorded (SES has no lookup to recover it)."""
+    message_id, tags = unknown_send
+    sqs, queue_url = queue
+    reachable = [False]
+
+    def fetch(url: str) -> bytes:
+        if not reachable[0]:
+            raise OSError("network is unreachable")
+        return signer.fetch(url)
+
+    signatures = ses_safe.SnsSignatures(fetch=fetch)
+    poller = ses_safe.SQSEventPoller(ledger, sqs, queue_url, visibility_timeout=0, signatures=signatures)
+    forged = sns_envelope(ses_event("Reject", message_id=message_id, tags=tags))
+    sqs.send_message(QueueUrl=queue_url, MessageBody=forged)
+    with caplog.at_level(logging.WARNING, logger="ses_safe"):
+        assert poller.poll_once() == []
+    assert dict(poller.counts) == {"sns_signature_invalid": 1}
+    assert "has no Signature: refused" in caplog.text
+    [kept] = sqs.receive_message(QueueUrl=queue_url)["Messages"]
+    assert kept["Body"] == forged
+    sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=kept["ReceiptHandle"])
+
+    genuine = signer.sign(sns_envelope(ses_event("Delivery", message_id=message_id, tags=tags)))
+    sqs.send_message(QueueUrl=queue_url, MessageBody=genuine)
+    assert poller.poll_once() == []
+    assert poller.counts["error"] == 1
+    _nothing_recorded(ledger)
+    reachable[0] = True
+    poller.drain()
+    assert poller.counts["recorded"] == 1
+    assert ledger.get(KEY).status is EffectStatus.CONFIRMED
+    assert "Messages" not in sqs.receive_message(QueueUrl=queue_url)

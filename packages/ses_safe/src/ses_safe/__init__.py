@@ -7,6 +7,7 @@ from ._contract import CONTRACTS, PROVIDER, send_contract
 from ._events import IngestOutcome, IngestResult, UntrustedTopic, event_verdict, ingest_event, unwrap
 from ._from_env import adapter_from_env
 from ._poller import SQSEventPoller
+from ._sns_signature import SnsCertificateUnavailable, SnsSignatureInvalid, SnsSignatures
 from ._tags import INTENT_TAG, TENANT_TAG, ReservedTagName, intent_tag, tenant_tag
 
 __all__ = [
@@ -39,8 +40,11 @@ __all__ = [
     "IngestOutcome",
     "IngestResult",
     "SQSEventPoller",
+    "SnsSignatures",
     # errors
     "MissingConfigurationSet",
     "ReservedTagName",
     "UntrustedTopic",
+    "SnsSignatureInvalid",
+    "SnsCertificateUnavailable",
 ]

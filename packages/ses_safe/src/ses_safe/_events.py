@@ -1,9 +1,10 @@
 """SES event notifications (SNS envelope, optionally inside an SQS body) turned into ledger evidence.
 
-The SNS signature is not verified: a payload is trusted as far as the path it came by. A forged Reject would
-settle an unknown send as rejected, which invites a resend, a duplicate email. Feed these functions only from
-a queue whose policy lets only your SES topic in (an SQS subscription), never from a public HTTPS endpoint,
-and pass ``expected_topic_arns`` so an envelope from any other topic is refused.
+A forged Reject would settle an unknown send as rejected, which invites a resend, a duplicate email. Without
+``signatures`` a payload is trusted as far as the path it came by: feed it only from a queue whose policy lets
+only your SES topic in (an SQS subscription). With ``signatures`` (:class:`SnsSignatures`) every envelope's SNS
+signature is verified first, which an HTTPS endpoint needs. Either way, pass ``expected_topic_arns`` so an
+envelope from any other topic is refused.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from safe_effects import (
 )
 
 from ._contract import PROVIDER
+from ._sns_signature import SnsSignatureInvalid, SnsSignatures
 from ._tags import INTENT_TAG, TENANT_TAG, first_tag, tenant_tag
 
 SOURCE = "ses_event"
@@ -62,7 +64,7 @@ class IngestResult:
 
 class UntrustedTopic(SafeEffectsError):
     """An SNS envelope from a topic not among ``expected_topic_arns`` (or no envelope to tell): refused, nothing
-    recorded. The signature is not verified, so the topic is what tells an SES event from a forged one."""
+    recorded. Unless signatures are verified, the topic is what tells an SES event from a forged one."""
 
     code = "untrusted_topic"
 
@@ -102,11 +104,18 @@ def unwrap(payload: str | bytes | Mapping[str, Any]) -> tuple[Mapping[str, Any],
     return event, event_id
 
 
-def _opened(payload: str | bytes | Mapping[str, Any]) -> tuple[Mapping[str, Any], str, str | None]:
-    """:func:`unwrap`, and the envelope's ``TopicArn`` (None for a bare event, or an envelope without one)."""
+def _opened(
+    payload: str | bytes | Mapping[str, Any], signatures: SnsSignatures | None = None
+) -> tuple[Mapping[str, Any], str, str | None]:
+    """:func:`unwrap`, and the envelope's ``TopicArn`` (None for a bare event, or an envelope without one); with
+    ``signatures``, only from an envelope whose signature they verify (:class:`SnsSignatureInvalid`)."""
     outer = _loads(payload)
     if isinstance(outer.get("Body"), str) and "ReceiptHandle" in outer:  # a boto3 SQS message
         outer = _loads(outer["Body"])
+    if signatures is not None:
+        if outer.get("Type") != "Notification":
+            raise SnsSignatureInvalid("no SNS notification envelope to verify (raw message delivery?): refused")
+        signatures.verify(outer)
     if outer.get("Type") == "Notification" and isinstance(outer.get("Message"), str):
         event = _loads(outer["Message"])
         envelope_id = outer.get("MessageId")
@@ -165,20 +174,24 @@ def ingest_event(
     payload: str | bytes | Mapping[str, Any],
     *,
     expected_topic_arns: Collection[str] | None = None,
+    signatures: SnsSignatures | None = None,
 ) -> IngestResult:
     """Record one SES event as evidence for the intent named by its tags; anything odd is skipped, never raised,
-    but for an envelope from a topic not expected (below), which is refused as :class:`UntrustedTopic`.
+    but for an envelope that is refused (below): :class:`UntrustedTopic`, :class:`SnsSignatureInvalid`, or
+    :class:`SnsCertificateUnavailable` when its signature cannot be checked now.
 
-    The SNS signature is NOT verified: the payload must come from a trusted queue (an SQS subscription whose
-    policy admits only your SES topic), never from a public HTTPS endpoint, where anyone could post a forged
-    Reject that settles an unknown send as rejected and so invites a duplicate email.
+    ``signatures``: verify each envelope's SNS signature first (:class:`SnsSignatures`); a payload that is not
+    a signed SNS notification records nothing. Required wherever an outsider could post, such as an HTTPS
+    endpoint; without it the payload must come from a trusted queue (an SQS subscription whose policy admits
+    only your SES topic), as anyone could otherwise post a forged Reject that settles an unknown send as
+    rejected and so invites a duplicate email.
     ``expected_topic_arns``: the SNS topics your SES events are published to; an envelope from any other
     topic, or a payload with no envelope to tell, raises :class:`UntrustedTopic` and records nothing. Without
     it every topic is taken, as before.
     """
     topics = checked_topics(expected_topic_arns)
     try:
-        event, event_id, topic = _opened(payload)
+        event, event_id, topic = _opened(payload, signatures)
         if topics is not None and topic not in topics:
             raise UntrustedTopic(topic)
         kind = _event_type(event)

@@ -1,7 +1,7 @@
 """A small SQS consumer for SES events: receive, ingest, delete, bounded per call.
 
-The SNS signature is not verified (see ``_events``): the queue is trusted, so restrict its policy to your SES
-topic, and name that topic in ``expected_topic_arns`` so a message from any other is refused.
+Without ``signatures`` the queue is trusted (see ``_events``), so restrict its policy to your SES topic; either
+way, name that topic in ``expected_topic_arns`` so a message from any other is refused.
 """
 
 from __future__ import annotations
@@ -14,13 +14,15 @@ from typing import TYPE_CHECKING, Any
 from safe_effects import Ledger
 
 from ._events import IngestResult, UntrustedTopic, checked_topics, ingest_event
+from ._sns_signature import SnsSignatureInvalid, SnsSignatures
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
 log = logging.getLogger(__name__)
 ERROR = "error"  # the counter key for messages left on the queue because ingesting them raised
-UNTRUSTED = "untrusted_topic"  # the counter key for messages from a topic not expected: deleted, nothing recorded
+UNTRUSTED = "untrusted_topic"  # the counter key for messages from a topic not expected: kept, nothing recorded
+BAD_SIGNATURE = "sns_signature_invalid"  # the counter key for messages whose SNS signature fails: kept, likewise
 
 
 class SQSEventPoller:
@@ -36,13 +38,17 @@ class SQSEventPoller:
         wait_seconds: int = 0,
         visibility_timeout: int | None = None,
         expected_topic_arns: Collection[str] | None = None,
+        signatures: SnsSignatures | None = None,
     ) -> None:
-        """``expected_topic_arns``: see :func:`ingest_event`; a message from another topic is counted under
-        ``"untrusted_topic"``, logged and left on the queue: a typo in the ARNs would otherwise delete every
-        genuine event for good (SES has no lookup to recover them). Give the queue a redrive policy, so such
-        messages move to its dead-letter queue after a few receives, to be replayed once the setting is fixed."""
+        """``expected_topic_arns`` and ``signatures``: see :func:`ingest_event`. A message from another topic is
+        counted under ``"untrusted_topic"``, one whose signature fails under ``"sns_signature_invalid"``; either
+        is logged and left on the queue: a typo in the ARNs would otherwise delete every genuine event for good
+        (SES has no lookup to recover them), and a forgery is worth keeping. Give the queue a redrive policy, so
+        such messages move to its dead-letter queue after a few receives, to be replayed once the setting is
+        fixed."""
         self._ledger = ledger
         self._topics = checked_topics(expected_topic_arns)
+        self._signatures = signatures
         self._sqs = sqs
         self._queue_url = queue_url
         self._batch_size = min(max(batch_size, 1), 10)  # SQS's own bounds
@@ -63,10 +69,11 @@ class SQSEventPoller:
         results: list[IngestResult] = []
         for message in self._sqs.receive_message(**options).get("Messages", []):
             try:
-                result = ingest_event(self._ledger, message.get("Body", ""), expected_topic_arns=self._topics)
-            except UntrustedTopic as refused:
+                body = message.get("Body", "")
+                result = ingest_event(self._ledger, body, expected_topic_arns=self._topics, signatures=self._signatures)
+            except (UntrustedTopic, SnsSignatureInvalid) as refused:
                 log.error("SES event %s refused, left on the queue: %s", message.get("MessageId"), refused)
-                self.counts[UNTRUSTED] += 1
+                self.counts[UNTRUSTED if isinstance(refused, UntrustedTopic) else BAD_SIGNATURE] += 1
                 continue
             except Exception:
                 log.exception("SES event %s not ingested; left on the queue", message.get("MessageId"))

@@ -3,9 +3,11 @@
 from ._events import intent_tags, ses_event, sns_envelope
 from ._moto import moto_sent_messages, moto_server, reset_moto
 from ._proxy import MotoFaultProxy, is_send
+from ._signing import SnsSigner
 
 __all__ = [
     "MotoFaultProxy",
+    "SnsSigner",
     "is_send",
     "moto_sent_messages",
     "moto_server",
