@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -768,6 +769,50 @@ def test_evidence_settles_an_unknown_and_rejection_wins(store_url: str, tmp_path
     assert record.provider_result_id == "fx_1"
     assert record.resolution is not None
     assert record.resolution.evidence == "events:e2"
+
+
+def test_acceptances_of_an_unknown_intent_are_not_read_again_for_every_new_one(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A send to many recipients gathers an acceptance each ("processed"); none decides alone, so weighing
+    the next event reads only what can: reading them all each time made a webhook POST quadratic."""
+    env = make_env(store_url, tmp_path, dedupe=False, lookups=False)
+    env.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
+    with pytest.raises(EffectUnknown):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    rows_read: list[int] = []
+    read = env.ledger.store.evidence_for
+
+    def counted(*args: Any, **kwargs: Any) -> list[Evidence]:
+        found = read(*args, **kwargs)
+        rows_read.append(len(found))
+        return found
+
+    monkeypatch.setattr(env.ledger.store, "evidence_for", counted)
+
+    def fact(event_id: str, verdict: EvidenceVerdict) -> Evidence:
+        return Evidence(
+            tenant="default",
+            intent_key=KEY,
+            provider="fake",
+            source="events",
+            event_id=event_id,
+            kind="x",
+            verdict=verdict,
+            provider_result_id="fx_1",
+            received_at=env.clock(),
+        )
+
+    for n in range(40):
+        assert env.ledger.record_evidence(fact(f"p{n}", EvidenceVerdict.ACCEPTS))
+    assert env.record().status is EffectStatus.UNKNOWN  # an acceptance alone waits for a contract's window
+    assert sum(rows_read) == 0  # before: 1 + 2 + ... + 40 rows read and parsed
+    assert env.ledger.record_evidence(fact("d1", EvidenceVerdict.CONFIRMS))
+    record = env.record()
+    assert (record.status, record.provider_result_id) == (EffectStatus.CONFIRMED, "fx_1")
+    assert record.resolution is not None
+    assert record.resolution.evidence == "events:d1"
+    assert len(env.fake.effects()) == 1  # its one send: nothing was sent again
 
 
 def test_reconcile_uses_lookup_only(store_url: str, tmp_path: Path) -> None:

@@ -526,6 +526,12 @@ def test_evidence_is_stored_once_per_event(store: Store) -> None:
     assert store.add_evidence(other_source)  # the same event id from another source is another event
     assert store.evidence_for("default", KEY) == [evidence, other_source, later]
     assert store.evidence_for("other", KEY) == []
+    accepted = evidence.model_copy(update={"event_id": "evt_3", "verdict": EvidenceVerdict.ACCEPTS})
+    assert store.add_evidence(accepted)
+    assert store.evidence_for("default", KEY, verdicts={EvidenceVerdict.ACCEPTS}) == [accepted]
+    decisive = {EvidenceVerdict.CONFIRMS, EvidenceVerdict.REJECTS}
+    assert store.evidence_for("default", KEY, verdicts=decisive) == [evidence, other_source, later]
+    assert store.evidence_for("default", KEY, verdicts=()) == []
 
 
 def test_status_counts_and_oldest_dispatched(store: Store) -> None:

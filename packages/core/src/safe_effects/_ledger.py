@@ -74,6 +74,7 @@ LATE_RESPONSE = "late_response"  # the evidence source of an answer that came af
 # how often new evidence is weighed again when the record moved on meanwhile; each loss is another writer's
 # progress (a reopen, a settle), so a few rounds end it
 _EVIDENCE_ROUNDS = 5
+_DECISIVE = frozenset({EvidenceVerdict.REJECTS, EvidenceVerdict.CONFIRMS})  # settle an unknown intent alone
 
 
 def _answered_alike(current: EffectRecord, to: EffectStatus, result_id: str | None) -> bool:
@@ -712,12 +713,19 @@ class Ledger:
         """Its own provider's answers or events confirming it acted (an acceptance may still be refused)."""
         return [e for e in self._own_evidence(record) if e.verdict is EvidenceVerdict.CONFIRMS]
 
-    def _own_evidence(self, record: EffectRecord, *, allowance: timedelta = timedelta(0)) -> list[Evidence]:
-        """Evidence recorded for this record by its own provider (another provider's event decides nothing).
+    def _own_evidence(
+        self,
+        record: EffectRecord,
+        *,
+        allowance: timedelta = timedelta(0),
+        verdicts: Collection[EvidenceVerdict] | None = None,
+    ) -> list[Evidence]:
+        """Evidence recorded for this record by its own provider (another provider's event decides nothing),
+        only of ``verdicts`` when given.
 
         Evidence stays when a settled record is purged, and the key may be recorded again: what was received
         before this record was created (less ``allowance``, see :func:`_about`) is about the purged one."""
-        recorded = self.store.evidence_for(record.tenant, record.intent_key)
+        recorded = self.store.evidence_for(record.tenant, record.intent_key, verdicts=verdicts)
         return [e for e in recorded if e.provider == record.provider and _about(e, record, allowance)]
 
     def _claim(self, record: EffectRecord, *, reason: str = "claim") -> EffectRecord:
@@ -1258,8 +1266,12 @@ class Ledger:
         received with no rejection, so the order events arrive in cannot decide; without a contract (evidence
         recorded by a webhook) it waits for the reconciler or the caller's retry. Only the record's own
         provider speaks for it: a SendGrid event naming a Stripe intent decides nothing.
+
+        Only the evidence that can decide is read: each new event of an unknown intent sent to a thousand
+        recipients would otherwise read all their acceptances again.
         """
-        mine = [e for e in self._own_evidence(record) if answers_latest(e, record)]
+        deciding = _DECISIVE if contract is None else _DECISIVE | {EvidenceVerdict.ACCEPTS}
+        mine = [e for e in self._own_evidence(record, verdicts=deciding) if answers_latest(e, record)]
         by_verdict = {verdict: [e for e in mine if e.verdict is verdict] for verdict in EvidenceVerdict}
         decisive = by_verdict[EvidenceVerdict.REJECTS] or by_verdict[EvidenceVerdict.CONFIRMS]
         accepted = by_verdict[EvidenceVerdict.ACCEPTS]

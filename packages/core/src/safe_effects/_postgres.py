@@ -40,7 +40,7 @@ from ._pg_pooling import (
     refused_by_pooler,
 )
 from ._pg_refusals import migration_refused, tables_refused
-from ._records import AuditEntry, EffectRecord, Evidence
+from ._records import AuditEntry, EffectRecord, Evidence, EvidenceVerdict
 from ._rows import (
     AUDIT_COLUMNS,
     RECORD_COLUMNS,
@@ -545,10 +545,13 @@ class PostgresStore:
                 sql.SQL(", ").join(map(sql.Placeholder, _EVIDENCE_COLUMNS)),
             )
         )
-        self._evidence_for = _render(
-            sql.SQL("SELECT {} FROM {} WHERE tenant_id = %s AND intent_key = %s ORDER BY received_at, id").format(
-                sql.SQL(", ").join(map(sql.Identifier, _EVIDENCE_COLUMNS)), evidence
+        self._evidence_for, self._evidence_of_verdicts = (
+            _render(
+                sql.SQL("SELECT {} FROM {} WHERE tenant_id = %s AND intent_key = %s {}ORDER BY received_at, id").format(
+                    sql.SQL(", ").join(map(sql.Identifier, _EVIDENCE_COLUMNS)), evidence, sql.SQL(only)
+                )
             )
+            for only in ("", "AND verdict = ANY(%s) ")
         )
         self._status_counts, self._oldest, self._lease_expiry = _scrape_statements(intents)
         cursors = sql.Identifier(self.schema, "reconciler_cursors")
@@ -832,10 +835,17 @@ class PostgresStore:
         with self._checkout() as conn:
             return conn.execute(self._add_evidence, row).fetchone() is not None
 
-    def evidence_for(self, tenant: str, intent_key: str) -> list[Evidence]:
+    def evidence_for(
+        self, tenant: str, intent_key: str, *, verdicts: Collection[EvidenceVerdict] | None = None
+    ) -> list[Evidence]:
         check_tenant(tenant)
         with self._checkout() as conn, conn.cursor(row_factory=self._dict_row) as cur:
-            rows = cur.execute(self._evidence_for, (tenant, intent_key)).fetchall()
+            if verdicts is None:
+                cur.execute(self._evidence_for, (tenant, intent_key))
+            else:
+                wanted = [EvidenceVerdict(v).value for v in verdicts]
+                cur.execute(self._evidence_of_verdicts, (tenant, intent_key, wanted))
+            rows = cur.fetchall()
         return [from_row(Evidence, row, self._codec) for row in rows]
 
     def status_counts(self, statuses: Collection[EffectStatus]) -> list[tuple[str, str, EffectStatus, int]]:

@@ -18,7 +18,7 @@ from ._bookkeeping import check_columns, check_versions
 from ._errors import InvalidInput, LedgerClosed, LedgerUnavailable
 from ._fork import renew_in_children
 from ._migrations import MIGRATIONS, SQLITE_BOOKKEEPING
-from ._records import AuditEntry, EffectRecord, Evidence
+from ._records import AuditEntry, EffectRecord, Evidence, EvidenceVerdict
 from ._rows import (
     AUDIT_COLUMNS,
     RECORD_COLUMNS,
@@ -444,12 +444,16 @@ class SQLiteStore:
             ).fetchall()
         return bool(inserted)
 
-    def evidence_for(self, tenant: str, intent_key: str) -> list[Evidence]:
+    def evidence_for(
+        self, tenant: str, intent_key: str, *, verdicts: Collection[EvidenceVerdict] | None = None
+    ) -> list[Evidence]:
+        wanted = [] if verdicts is None else [EvidenceVerdict(v).value for v in verdicts]
+        only = "" if verdicts is None else f"AND verdict IN ({', '.join('?' * len(wanted))}) "
         rows = _rows(
             self._conn().execute(
                 f"SELECT {', '.join(_EVIDENCE_COLUMNS)} FROM effect_evidence "
-                "WHERE tenant_id = ? AND intent_key = ? ORDER BY received_at, id",
-                (check_tenant(tenant), intent_key),
+                f"WHERE tenant_id = ? AND intent_key = ? {only}ORDER BY received_at, id",
+                (check_tenant(tenant), intent_key, *wanted),
             )
         )
         return [from_row(Evidence, row, _CODEC) for row in rows]

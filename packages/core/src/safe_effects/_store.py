@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from ._approvals import Approval, ApprovalState
-from ._records import AuditEntry, EffectRecord, Evidence
+from ._records import AuditEntry, EffectRecord, Evidence, EvidenceVerdict
 from ._states import EffectStatus
 
 
@@ -100,7 +100,12 @@ class Store(Protocol):
         """Store evidence once per (provider, source, event_id); False when it was already there."""
         ...
 
-    def evidence_for(self, tenant: str, intent_key: str) -> list[Evidence]: ...
+    def evidence_for(
+        self, tenant: str, intent_key: str, *, verdicts: Collection[EvidenceVerdict] | None = None
+    ) -> list[Evidence]:
+        """The intent's evidence, oldest first; only of ``verdicts`` when given (an intent sent to a thousand
+        recipients gathers an acceptance each, which most decisions need not read)."""
+        ...
 
     def status_counts(self, statuses: Collection[EffectStatus]) -> list[tuple[str, str, EffectStatus, int]]:
         """(tenant, provider, status, count) for every non-empty group in ``statuses``.
