@@ -739,31 +739,34 @@ def test_late_finisher_after_takeover_leaves_evidence_that_settles_and_gets_its_
     assert len(env.fake.requests()) == 1
 
 
+def _event(env: Env, event_id: str, verdict: EvidenceVerdict, *, provider: str = "fake") -> Evidence:
+    """A provider event about KEY, received now, naming the fake's first object."""
+    return Evidence(
+        tenant="default",
+        intent_key=KEY,
+        provider=provider,
+        source="events",
+        event_id=event_id,
+        kind="x",
+        verdict=verdict,
+        provider_result_id="fx_1",
+        received_at=env.clock(),
+    )
+
+
 def test_evidence_settles_an_unknown_and_rejection_wins(store_url: str, tmp_path: Path) -> None:
     env = make_env(store_url, tmp_path, dedupe=False, lookups=False)
     env.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
     with pytest.raises(EffectUnknown):
         env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
 
-    def fact(event_id: str, verdict: EvidenceVerdict, provider: str = "fake") -> Evidence:
-        return Evidence(
-            tenant="default",
-            intent_key=KEY,
-            provider=provider,
-            source="events",
-            event_id=event_id,
-            kind="x",
-            verdict=verdict,
-            provider_result_id="fx_1",
-            received_at=env.clock(),
-        )
-
-    assert env.ledger.record_evidence(fact("e1", EvidenceVerdict.INFORMATIONAL))
+    assert env.ledger.record_evidence(_event(env, "e1", EvidenceVerdict.INFORMATIONAL))
     assert env.record().status is EffectStatus.UNKNOWN
-    assert env.ledger.record_evidence(fact("e0", EvidenceVerdict.REJECTS, provider="sendgrid"))  # kept, not decisive
+    sendgrids = _event(env, "e0", EvidenceVerdict.REJECTS, provider="sendgrid")
+    assert env.ledger.record_evidence(sendgrids)  # kept, not decisive
     assert env.record().status is EffectStatus.UNKNOWN  # another provider's event says nothing about this intent
-    assert env.ledger.record_evidence(fact("e2", EvidenceVerdict.CONFIRMS))
-    assert not env.ledger.record_evidence(fact("e2", EvidenceVerdict.CONFIRMS))  # duplicate delivery
+    assert env.ledger.record_evidence(_event(env, "e2", EvidenceVerdict.CONFIRMS))
+    assert not env.ledger.record_evidence(_event(env, "e2", EvidenceVerdict.CONFIRMS))  # duplicate delivery
     record = env.record()
     assert record.status is EffectStatus.CONFIRMED
     assert record.provider_result_id == "fx_1"
@@ -789,25 +792,11 @@ def test_acceptances_of_an_unknown_intent_are_not_read_again_for_every_new_one(
         return found
 
     monkeypatch.setattr(env.ledger.store, "evidence_for", counted)
-
-    def fact(event_id: str, verdict: EvidenceVerdict) -> Evidence:
-        return Evidence(
-            tenant="default",
-            intent_key=KEY,
-            provider="fake",
-            source="events",
-            event_id=event_id,
-            kind="x",
-            verdict=verdict,
-            provider_result_id="fx_1",
-            received_at=env.clock(),
-        )
-
     for n in range(40):
-        assert env.ledger.record_evidence(fact(f"p{n}", EvidenceVerdict.ACCEPTS))
+        assert env.ledger.record_evidence(_event(env, f"p{n}", EvidenceVerdict.ACCEPTS))
     assert env.record().status is EffectStatus.UNKNOWN  # an acceptance alone waits for a contract's window
     assert sum(rows_read) == 0  # before: 1 + 2 + ... + 40 rows read and parsed
-    assert env.ledger.record_evidence(fact("d1", EvidenceVerdict.CONFIRMS))
+    assert env.ledger.record_evidence(_event(env, "d1", EvidenceVerdict.CONFIRMS))
     record = env.record()
     assert (record.status, record.provider_result_id) == (EffectStatus.CONFIRMED, "fx_1")
     assert record.resolution is not None
