@@ -801,9 +801,12 @@ def test_sqlite_caller_connections(tmp_path: Path) -> None:
             store.insert_if_absent(make(), connection=elsewhere)
         with pytest.raises(InvalidInput, match=r"sqlite3\.Connection"):
             store.insert_if_absent(make(), connection=object())
-        # without a transaction of its own, the caller gets one opened for it, still theirs to end
+        # without a transaction of its own nothing of the caller's would end one opened for it: refused
+        with pytest.raises(InvalidInput, match="autocommit mode"):
+            store.insert_if_absent(make(), connection=autocommit)
+        assert not autocommit.in_transaction
+        autocommit.execute("BEGIN IMMEDIATE")  # its own: joined, and rolled back with it
         store.insert_if_absent(make(), connection=autocommit)
-        assert autocommit.in_transaction
         autocommit.rollback()
         assert store.get("default", KEY) is None
     finally:

@@ -310,7 +310,9 @@ class Ledger:
         step_id: str | None = None,
         connection: Any = None,
     ) -> EffectRecord:
-        """Record the intent as ``prepared`` (optionally inside the caller's own DB transaction)."""
+        """Record the intent as ``prepared``; with ``connection``, inside the caller's own open transaction on the
+        ledger's own database (psycopg 3 or sqlite3), committed or rolled back with it. Nothing sends a prepared
+        intent but a later :meth:`execute` of the same request, after that commit."""
         fresh = self._new_record(
             adapter,
             request,

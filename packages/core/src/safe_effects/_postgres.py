@@ -61,6 +61,7 @@ from ._rows import (
     utc,
 )
 from ._states import EffectStatus
+from ._store import kind_of
 from ._tenants import check_tenant
 
 if TYPE_CHECKING:
@@ -228,6 +229,36 @@ def _reads_binary(conn: Connection[Any]) -> bool:
     import psycopg  # noqa: PLC0415  # optional extra, present once a PostgresStore is made
 
     return not isinstance(conn, _store_connection()) and not issubclass(conn.cursor_factory, psycopg.ClientCursor)
+
+
+_HOW_TO_GET = (
+    " (psycopg2 and async connections are not supported; SQLAlchemy on postgresql+psycopg: "
+    "session.connection().connection.driver_connection; Django: django.db.connection.connection)"
+)
+# the types of the record's columns: a caller's connection may load them its own way (Django's loads jsonb
+# as text and, with USE_TZ off, timestamps as naive local times)
+_RECORD_TYPES = ("text", "int4", "timestamptz", "jsonb")
+
+
+def _load_as_psycopg_does(cursor: Cursor[Any]) -> None:
+    """Give ``cursor`` psycopg's own loaders for the record's types (a cursor's are its own copy)."""
+    import psycopg  # noqa: PLC0415  # optional extra, present once a PostgresStore is made
+
+    for name in _RECORD_TYPES:
+        oid = psycopg.adapters.types[name].oid
+        for form in (psycopg.pq.Format.TEXT, psycopg.pq.Format.BINARY):
+            if (loader := psycopg.adapters.get_loader(oid, form)) is not None:
+                cursor.adapters.register_loader(oid, loader)
+
+
+def _database_of(conn: Connection[Any]) -> tuple[str, str]:
+    """(database name, its server's start time): what tells two databases apart, from any role. The time is
+    read as epoch microseconds, which no DateStyle or TimeZone of the caller's connection changes."""
+    row = conn.execute(
+        "SELECT current_database(), (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint"
+    ).fetchone()
+    assert row is not None
+    return str(row[0]), datetime.fromtimestamp(int(row[1]) / 1_000_000, UTC).isoformat()
 
 
 def _input_waiting(fd: int) -> bool:
@@ -422,6 +453,8 @@ def _scrape_statements(intents: sql.Identifier) -> tuple[bytes, bytes, bytes]:
 
 class PostgresStore:
     """A :class:`~safe_effects.Store` in one PostgreSQL schema (created by :meth:`migrate` if missing)."""
+
+    _database: tuple[str, str] | None = None  # (name, server start), read when a caller's connection first asks
 
     def __init__(
         self,
@@ -682,14 +715,34 @@ class PostgresStore:
             with self._checkout() as conn:
                 return self._insert_or_get(conn, record, params)
         if not isinstance(connection, self._connection_type):
-            raise InvalidInput(f"connection must be a psycopg.Connection, got {type(connection).__name__}")
+            raise InvalidInput(f"connection must be a psycopg (3) Connection, got {kind_of(connection)}{_HOW_TO_GET}")
         if connection.autocommit and connection.info.transaction_status.name == "IDLE":
             # the row would commit at once and outlive a rollback of the business change it belongs with
             raise InvalidInput(
                 "connection is in autocommit mode with no transaction open: prepare joins the caller's "
                 "transaction, so pass a connection with autocommit off, or call it inside conn.transaction()"
             )
+        self._check_same_database(connection)
         return self._insert_or_get(connection, record, params)
+
+    def _check_same_database(self, connection: Connection[Any]) -> None:
+        """Refuse a caller's connection to another database: the row would land in whatever ledger schema of
+        the same name is there (another environment's), where this ledger never looks. A database is told by
+        its name and its server's start time, which any role may read without touching the caller's
+        transaction; the store's own is read again once before a mismatch is believed (a restart)."""
+        theirs = _database_of(connection)
+        if theirs == self._database or theirs == (fresh := self._own_database()):
+            return
+        raise InvalidInput(
+            f"connection is to database {theirs[0]!r} on a server started at {theirs[1]}, this ledger's store is "
+            f"database {fresh[0]!r} on a server started at {fresh[1]}: prepare on a connection to the ledger's own "
+            "database, in the same transaction as the business change"
+        )
+
+    def _own_database(self) -> tuple[str, str]:
+        with self._checkout() as conn:
+            self._database = _database_of(conn)
+        return self._database
 
     def _insert_or_get(
         self, conn: Connection[Any], record: EffectRecord, params: list[Any]
@@ -705,6 +758,8 @@ class PostgresStore:
 
     def _fetch_one(self, conn: Connection[Any], tenant: str, intent_key: str) -> EffectRecord | None:
         with conn.cursor(row_factory=self._dict_row, binary=_reads_binary(conn)) as cur:
+            if not isinstance(conn, _store_connection()):
+                _load_as_psycopg_does(cur)
             row: DictRow | None = cur.execute(self._get, (tenant, intent_key), prepare=self._prepare).fetchone()
         return from_row(EffectRecord, row, self._codec) if row is not None else None
 

@@ -38,6 +38,7 @@ from ._rows import (
     utc,
 )
 from ._states import EffectStatus
+from ._store import kind_of
 from ._tenants import check_tenant
 
 # result codes (and their extended forms) that say the file cannot be written now, not that the SQL is wrong
@@ -186,6 +187,12 @@ class _WriteTransaction:
             raise error
 
 
+def _autocommits(connection: sqlite3.Connection) -> bool:
+    """Whether sqlite3 commits each statement of ``connection`` by itself: ``isolation_level=None``, or
+    Python 3.12's ``autocommit=True``; sqlite3's implicit transactions (the default) are the caller's to end."""
+    return connection.isolation_level is None or getattr(connection, "autocommit", None) is True
+
+
 class SQLiteStore:
     """A :class:`~safe_effects.Store` on one SQLite file.
 
@@ -325,28 +332,41 @@ class SQLiteStore:
         if connection is None:
             with self._write() as conn:
                 return self._insert(conn, record, row)
-        conn = self._callers(connection)
-        if not conn.in_transaction:
-            conn.execute("BEGIN IMMEDIATE")
-        return self._insert(conn, record, row)
+        cursor = self._callers(connection)
+        if not connection.in_transaction:  # sqlite3's own transaction handling: its commit() ends this one
+            cursor.execute("BEGIN IMMEDIATE")
+        return self._insert(cursor, record, row)
 
-    def _callers(self, connection: Any) -> sqlite3.Connection:
-        """Check a caller's connection is sqlite3 on this very file, else the prepared row lands elsewhere."""
+    def _callers(self, connection: Any) -> sqlite3.Cursor:
+        """A cursor of the caller's connection, checked to be sqlite3 on this very file (else the prepared row
+        lands elsewhere) with a transaction that a commit or rollback of the caller's will end; it reads plain
+        tuples, whatever ``row_factory`` the caller's connection has."""
         if not isinstance(connection, sqlite3.Connection):
-            raise InvalidInput(f"connection must be a sqlite3.Connection, got {type(connection).__name__}")
-        files = [row[2] for row in connection.execute("PRAGMA database_list") if row[1] == "main"]
+            raise InvalidInput(f"connection must be a sqlite3.Connection, got {kind_of(connection)}")
+        cursor = connection.cursor()
+        cursor.row_factory = None
+        files = [row[2] for row in cursor.execute("PRAGMA database_list") if row[1] == "main"]
         if not files or Path(files[0]).resolve() != self.path.resolve():
             raise InvalidInput(f"connection is on {files[0] if files else '?'!r}, this store is on {self.path}")
-        return connection
+        if not connection.in_transaction and _autocommits(connection):
+            # BEGIN here would leave a transaction open that nothing of the caller's ends: its later writes
+            # would wait in it, and every other writer of the ledger with them
+            raise InvalidInput(
+                "connection is in autocommit mode with no transaction open: prepare joins the caller's "
+                "transaction, so open one first (BEGIN IMMEDIATE) and commit it with the business change"
+            )
+        return cursor
 
-    def _insert(self, conn: sqlite3.Connection, record: EffectRecord, row: list[Any]) -> tuple[EffectRecord, bool]:
+    def _insert(
+        self, conn: sqlite3.Connection | sqlite3.Cursor, record: EffectRecord, row: list[Any]
+    ) -> tuple[EffectRecord, bool]:
         if conn.execute(_INSERT, row).rowcount == 1:
             return record, True  # the row is exactly the record: no need to parse it back
         existing = self._select(conn, record.tenant, record.intent_key)
         assert existing is not None, "the write lock is held: the conflicting row cannot vanish in between"
         return existing, False
 
-    def _select(self, conn: sqlite3.Connection, tenant: str, intent_key: str) -> EffectRecord | None:
+    def _select(self, conn: sqlite3.Connection | sqlite3.Cursor, tenant: str, intent_key: str) -> EffectRecord | None:
         rows = _rows(conn.execute(f"{_SELECT} WHERE tenant_id = ? AND intent_key = ?", (tenant, intent_key)))
         return from_row(EffectRecord, rows[0], _CODEC) if rows else None
 

@@ -11,6 +11,13 @@ from ._records import AuditEntry, EffectRecord, Evidence, EvidenceVerdict
 from ._states import EffectStatus
 
 
+def kind_of(connection: Any) -> str:
+    """A caller's connection named for a refusal: ``module.Class`` tells psycopg's ``Connection`` from
+    sqlite3's or SQLAlchemy's, where the bare class name is ``Connection`` for all three."""
+    kind = type(connection)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
 class Store(Protocol):
     """Durable home of effect records, their audit trail and evidence.
 
