@@ -160,7 +160,8 @@ def test_same_key_other_params_is_refused_before_sending(env: Env) -> None:
     with pytest.raises(IntentConflict, match="was recorded for fake charge, confirmed with") as conflict:
         env.ledger.execute(env.adapter, other, intent_key=KEY)
 
-    assert str(conflict.value).endswith("give a new or corrected action a new key, e.g. 'invoice:inv_42:collect:v2'")
+    assert "give a new or corrected action a new key, e.g. 'invoice:inv_42:collect:v2'. " in str(conflict.value)
+    assert "But the recorded request reached the provider: if this call retries" in str(conflict.value)
     # worker logs keep the message: no digest (nor a prefix of one) that would confirm a guess of the params
     for digest in (before.request_digest, conflict.value.new_digest):
         assert digest.removeprefix("sha256:")[:8] not in str(conflict.value)
@@ -168,6 +169,24 @@ def test_same_key_other_params_is_refused_before_sending(env: Env) -> None:
 
     assert env.record() == before
     assert len(env.fake.requests()) == 1
+
+
+def test_a_conflict_warns_that_a_new_key_may_repeat_an_action_that_went_out(env: Env) -> None:
+    """A retry whose request was built anew (a MIME message's fresh boundary) digests differently: following
+    the new-key advice for an intent that may have acted would make it twice, so the message says so."""
+    other = EffectRequest(operation="charge", params={"amount": 9999, "currency": "eur"})
+    env.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
+    with pytest.raises(EffectUnknown):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    with pytest.raises(IntentConflict, match=r"unknown with .* the recorded request may have reached the provider"):
+        env.ledger.execute(env.adapter, other, intent_key=KEY)
+    fresh = "invoice:inv_43:collect:v1"
+    env.ledger.prepare(env.adapter, CHARGE, intent_key=fresh)
+    with pytest.raises(IntentConflict) as conflict:
+        env.ledger.prepare(env.adapter, other, intent_key=fresh)
+    assert str(conflict.value).endswith("e.g. 'invoice:inv_43:collect:v2'")  # never sent: a new key is the advice
+    assert env.record().status is EffectStatus.UNKNOWN
+    assert len(env.fake.effects()) == 1
 
 
 def test_lost_response_becomes_unknown_then_same_key_replay_confirms_once(env: Env) -> None:

@@ -127,9 +127,13 @@ class IntentConflict(SafeEffectsError):
         *,
         recorded_as: str | None = None,
         next_key: str | None = None,
+        reached_provider: str | None = None,
     ) -> None:
         """``recorded_as`` says what the key holds (``stripe payment_intents.create, confirmed``): a conflict is
         as often another operation under a reused key as other parameters. ``next_key`` is the one to suggest.
+        ``reached_provider`` ("reached", "may have reached") warns that the recorded request went out: then
+        this call is as likely a retry whose request was built anew (a fresh MIME boundary, a timestamp), and a
+        new key would make the action twice.
 
         The message quotes neither digest: an unkeyed SHA-256 of low-entropy params (a templated email to one
         address) confirms a guess of them, and worker logs reach more people than the database does. The
@@ -140,10 +144,17 @@ class IntentConflict(SafeEffectsError):
         self.new_digest = new_digest
         holds = f" for {recorded_as}" if recorded_as else ""
         suggested = repr(next_key) if next_key else "the next version of this key"
+        caution = (
+            ""
+            if reached_provider is None
+            else f". But the recorded request {reached_provider} the provider: if this call retries that same "
+            "action with its request built anew (a fresh MIME boundary, a new timestamp), a new key makes it "
+            "twice; build the request as the first call did instead"
+        )
         super().__init__(
             f"intent {intent_key!r} (tenant {tenant!r}) was recorded{holds} with another request digest than "
             "this call's: same key, other parameters or operation. "
-            f"A key names one action: give a new or corrected action a new key, e.g. {suggested}"
+            f"A key names one action: give a new or corrected action a new key, e.g. {suggested}{caution}"
         )
 
 

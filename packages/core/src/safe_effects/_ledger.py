@@ -75,6 +75,13 @@ LATE_RESPONSE = "late_response"  # the evidence source of an answer that came af
 # progress (a reopen, a settle), so a few rounds end it
 _EVIDENCE_ROUNDS = 5
 _DECISIVE = frozenset({EvidenceVerdict.REJECTS, EvidenceVerdict.CONFIRMS})  # settle an unknown intent alone
+# whether a record's request went out, for a conflict's message (a prepared or rejected one did not act)
+_REACHED_PROVIDER = {
+    S.IN_FLIGHT: "may have reached",
+    S.UNKNOWN: "may have reached",
+    S.CONFIRMED: "reached",
+    S.COMPENSATED: "reached",
+}
 
 
 def _answered_alike(current: EffectRecord, to: EffectStatus, result_id: str | None) -> bool:
@@ -1359,6 +1366,7 @@ class Ledger:
                 digest,
                 recorded_as=recorded_as,
                 next_key=next_key,
+                reached_provider=_REACHED_PROVIDER.get(record.status),
             )
 
     @staticmethod
