@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from safe_effects import Evidence, EvidenceVerdict
+
 if TYPE_CHECKING:
     from conftest import Ops
 
@@ -71,6 +73,33 @@ def test_show_has_every_field_audit_and_evidence(ops: Ops) -> None:
     assert table.exit_code == 0
     assert f"--expect-version {record.version}" in table.stdout
     assert "audit trail" in table.stdout
+
+
+def test_show_sums_up_evidence_that_fills_pages_unless_asked_for_all(ops: Ops) -> None:
+    """A send to many recipients gathers an event each: the table counts them and shows the ends."""
+    record = ops.unknown(KEY, happened=False)
+    for n in range(30):
+        kind, verdict = ("processed", EvidenceVerdict.ACCEPTS) if n < 25 else ("open", EvidenceVerdict.INFORMATIONAL)
+        event = Evidence(
+            tenant=record.tenant,
+            intent_key=KEY,
+            provider=record.provider,
+            source="events",
+            event_id=f"evt_{n:02}",
+            kind=kind,
+            verdict=verdict,
+            received_at=ops.ledger.clock(),
+        )
+        assert ops.ledger.record_evidence(event)
+    table = ops.cli("show", KEY)
+    assert table.exit_code == 0, table.output
+    assert "evidence: 30 (25 processed/accepts, 5 open/informational); the first and last 10" in table.stdout
+    shown = [n for n in range(30) if f"evt_{n:02}" in table.stdout]
+    assert shown == [*range(10), *range(20, 30)]
+    every = ops.cli("show", KEY, "--all-evidence")
+    assert [n for n in range(30) if f"evt_{n:02}" in every.stdout] == list(range(30))
+    assert len(ops.cli_json("show", KEY)["evidence"]) == 30  # JSON, for scripts, has every row
+    assert ops.ledger.get(KEY).status == "unknown"  # reading changes nothing
 
 
 def test_lookup_reports_without_changing(ops: Ops) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Annotated
 
 import typer
@@ -69,7 +70,23 @@ def list_effects(
     emit(table(f"{len(records)} intent(s){more}", columns, rows))
 
 
-def show(key: str, *, store: StoreUrl, tenant: Tenant = DEFAULT_TENANT, as_json: AsJson = False) -> None:
+SHOWN_EVIDENCE = 20  # rows of evidence a table shows by default: the first and last half of them
+
+
+def show(
+    key: str,
+    *,
+    store: StoreUrl,
+    tenant: Tenant = DEFAULT_TENANT,
+    all_evidence: Annotated[
+        bool,
+        typer.Option(
+            "--all-evidence",
+            help=f"Every evidence row; by default a table shows counts and the first and last {SHOWN_EVIDENCE // 2}.",
+        ),
+    ] = False,
+    as_json: AsJson = False,
+) -> None:
     """Everything about one intent: every field, the audit trail, evidence and approval requests."""
     with opened(store) as ledger:
         record = ledger.get(key, tenant=tenant)
@@ -90,11 +107,18 @@ def show(key: str, *, store: StoreUrl, tenant: Tenant = DEFAULT_TENANT, as_json:
             [[a.at, a.from_status, a.to_status, a.version, a.actor, a.reason] for a in audit],
         )
     )
+    title, shown = "evidence", evidence
+    if len(evidence) > SHOWN_EVIDENCE and not all_evidence:  # a send to 2000 recipients has an event each
+        half = SHOWN_EVIDENCE // 2
+        counts = Counter(f"{e.kind}/{e.verdict}" for e in evidence)
+        tally = ", ".join(f"{count} {what}" for what, count in counts.most_common())
+        title = f"evidence: {len(evidence)} ({tally}); the first and last {half}, --all-evidence shows every one"
+        shown = [*evidence[:half], *evidence[-half:]]
     emit(
         table(
-            "evidence",
+            title,
             ["received", "source", "event", "kind", "verdict", "provider id"],
-            [[e.received_at, e.source, e.event_id, e.kind, e.verdict, e.provider_result_id] for e in evidence],
+            [[e.received_at, e.source, e.event_id, e.kind, e.verdict, e.provider_result_id] for e in shown],
         )
     )
     if approvals:
