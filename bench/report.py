@@ -373,6 +373,14 @@ The `cpu_split.py` table above is measured in this run; the rest comes from diag
   `EffectRequest`) cost about 15 us warm. After a full HTTP round trip through requests and the SDK, all of this
   code runs with cold caches, at 2-3 x its warm cost. This is why the provider quotients stay above the executor
   ratio.
+- **Without HTTP, the wrapper is a third of what it adds (2026-11-30, session 24).** The Stripe SDK over an
+  in-process HTTP client that answers at once, a RAM-backed SQLite ledger, CPU per call, medians of 7 slices
+  of 430 calls: raw SDK call 126-129 us, the same call with the wrapper's metadata 138-139, the wrapped call
+  387-390, the executor alone (instant adapter) 131-132 and the raw pair 55. So a wrapped call adds about 260
+  us: the two commits' statements (55), the executor's own work over them (77), the bigger stamped request
+  and answer (10) and the wrapper's own steps, outside the executor and the SDK (about 125: requestor
+  copies, operation name, contract, metadata stamp, digest input, summary, receipt). Profiles show no step
+  above about 10 us of it. With two real fsyncs (0.45-0.55 ms here) the quotient lands at 1.7-2.0.
 - **Pages written (SQLite).** With `synchronous=FULL` each commit waits for its WAL frames to reach the disk.
   The raw floor writes 7.2-7.5 WAL pages per effect. The executor wrote 10.6-10.9 until v4, the difference
   being its two audit rows, and writes 7.4 since (2,000 effects, a reader holding the WAL). Audit rows that
