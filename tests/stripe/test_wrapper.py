@@ -87,11 +87,37 @@ def test_metadata_with_no_room_for_the_intent_is_refused_before_anything_is_reco
     assert (env.record().status, env.fake.effect_count("payment_intents.create")) == (EffectStatus.CONFIRMED, 1)
 
 
-def test_the_fake_refuses_more_metadata_keys_than_stripe_allows(env: Env) -> None:
-    too_many = {f"k{n}": "v" for n in range(MAX_METADATA_KEYS + 1)}
-    with pytest.raises(stripe.InvalidRequestError, match="up to 50 keys"):
-        raw_client(env.fake.url).v1.payment_intents.create(params={**PI, "metadata": too_many})  # type: ignore[arg-type]
+@pytest.mark.parametrize(
+    ("metadata", "refused"),
+    [
+        ({f"k{n}": "v" for n in range(MAX_METADATA_KEYS + 1)}, "metadata has 51 keys; Stripe allows 50"),
+        ({"k" * 41: "v"}, "a metadata key is 41 characters"),
+        ({"note": "x" * 501}, r"metadata\['note'\] is 501 characters; Stripe allows 500"),
+    ],
+    ids=["51 keys", "key of 41", "value of 501"],
+)
+def test_metadata_beyond_stripes_limits_is_refused_before_anything_is_recorded(
+    env: Env, metadata: dict[str, str], refused: str
+) -> None:
+    """Sent, Stripe's 400 would end the intent rejected, and the corrected call would need a new key."""
+    update = {"metadata": metadata}
+    for call in (
+        lambda: create(env, {**PI, "metadata": metadata}),
+        lambda: env.client.v1.customers.update(
+            "cus_1",
+            params=update,
+            options={"idempotency_key": "customer:cus_1:tag:v1"},  # type: ignore[arg-type]
+        ),
+    ):
+        with pytest.raises(InvalidInput, match=refused):
+            call()
+    assert env.fake.requests() == []
+    assert env.ledger.store.list_by_status(list(EffectStatus)) == []
+    with pytest.raises(stripe.InvalidRequestError):  # the fake holds Stripe's limits too
+        raw_client(env.fake.url).v1.payment_intents.create(params={**PI, "metadata": metadata})  # type: ignore[arg-type]
     assert env.fake.effect_count("payment_intents.create") == 0
+    create(env, {**PI, "metadata": {"k" * 40: "x" * 500}})  # at the limits: taken
+    assert (env.record().status, env.fake.effect_count("payment_intents.create")) == (EffectStatus.CONFIRMED, 1)
 
 
 def test_missing_key_raises_before_anything_is_sent(env: Env) -> None:

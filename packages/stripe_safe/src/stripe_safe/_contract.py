@@ -39,6 +39,7 @@ METADATA_INTENT = "safe_effects_intent"  # Stripe metadata keys are at most 40 c
 METADATA_TENANT = "safe_effects_tenant"
 MAX_METADATA_VALUE = 500
 MAX_METADATA_KEYS = 50  # per object (docs.stripe.com/api/metadata); the wrapper's two keys count too
+MAX_METADATA_KEY_NAME = 40
 
 # Resources the Search API covers (docs.stripe.com/search#supported-query-fields-for-each-resource).
 SEARCHABLE = frozenset({"payment_intents", "charges", "customers", "invoices", "prices", "products", "subscriptions"})
@@ -261,7 +262,10 @@ def stamp_metadata(operation: str, params: Mapping[str, Any], intent_key: str, t
 
     A create whose own metadata leaves no room for the two keys is refused here, before the ledger records
     anything: Stripe would refuse it anyway, and a create without them could not be found by search later.
+    So is any write's metadata beyond Stripe's limits: refused by Stripe, the intent would end rejected and
+    the corrected call need a new key.
     """
+    _check_metadata(operation, params.get("metadata"))
     sent = dict(params)
     if operation in STAMPED_CREATES and len(intent_key) <= MAX_METADATA_VALUE:
         existing = sent.get("metadata")
@@ -275,6 +279,24 @@ def stamp_metadata(operation: str, params: Mapping[str, Any], intent_key: str, t
             )
         sent["metadata"] = stamped
     return sent
+
+
+def _check_metadata(operation: str, metadata: object) -> None:
+    """Refuse metadata Stripe refuses: more than 50 keys, a key name over 40 characters, a value over 500."""
+    if not isinstance(metadata, Mapping):
+        return
+    if len(metadata) > MAX_METADATA_KEYS:
+        raise InvalidInput(f"{operation}: metadata has {len(metadata)} keys; Stripe allows {MAX_METADATA_KEYS}")
+    for name, value in metadata.items():
+        if len(str(name)) > MAX_METADATA_KEY_NAME:
+            raise InvalidInput(
+                f"{operation}: a metadata key is {len(str(name))} characters ({str(name)[:MAX_METADATA_KEY_NAME]!r}"
+                f" ...); Stripe allows {MAX_METADATA_KEY_NAME}"
+            )
+        if isinstance(value, str) and len(value) > MAX_METADATA_VALUE:
+            raise InvalidInput(
+                f"{operation}: metadata[{name!r}] is {len(value)} characters; Stripe allows {MAX_METADATA_VALUE}"
+            )
 
 
 def _quoted(value: str) -> str:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from stripe_safe._contract import MAX_METADATA_KEYS
+from stripe_safe._contract import MAX_METADATA_KEY_NAME, MAX_METADATA_KEYS, MAX_METADATA_VALUE
 
 # Test payment methods (docs.stripe.com/testing) and what the fake does with them.
 DECLINES: Mapping[str, tuple[str, str]] = {
@@ -62,9 +62,18 @@ def _amount(params: Mapping[str, Any], name: str = "amount") -> int:
 
 
 def _metadata(params: Mapping[str, Any], on: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The object's metadata after ``params`` (merged into ``on`` for an update); Stripe's 50-key limit holds."""
+    """The object's metadata after ``params`` (merged into ``on`` for an update); Stripe's limits hold: 50
+    keys, key names of 40 characters, values of 500."""
     raw = params.get("metadata")
-    merged = {**(on or {}), **({str(k): str(v) for k, v in raw.items()} if isinstance(raw, Mapping) else {})}
+    given = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, Mapping) else {}
+    for name, value in given.items():
+        if len(name) > MAX_METADATA_KEY_NAME or len(value) > MAX_METADATA_VALUE:
+            too_long = "Metadata key" if len(name) > MAX_METADATA_KEY_NAME else "Metadata value"
+            limit = MAX_METADATA_KEY_NAME if len(name) > MAX_METADATA_KEY_NAME else MAX_METADATA_VALUE
+            raise ApiError(
+                400, "invalid_request_error", f"{too_long}s must be at most {limit} characters.", param="metadata"
+            )
+    merged = {**(on or {}), **given}
     if len(merged) > MAX_METADATA_KEYS:
         raise ApiError(
             400,
