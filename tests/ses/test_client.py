@@ -260,6 +260,45 @@ def test_a_call_botocore_refuses_client_side_is_invalid_input_and_the_fixed_call
     assert ledger.get(KEY).provider_result_id == answer["MessageId"] == sent["id"]
 
 
+@pytest.mark.parametrize(
+    ("service", "method", "spread", "fits"),
+    [
+        (
+            "sesv2",
+            "send_email",
+            lambda email, to: email["Destination"].update(ToAddresses=to[:30], BccAddresses=to[30:]),
+            50,
+        ),
+        (
+            "ses",
+            "send_email",
+            lambda email, to: email["Destination"].update(ToAddresses=to[:1], CcAddresses=to[1:]),
+            50,
+        ),
+        # moto counts the raw message's own To: header beside Destinations
+        ("ses", "send_raw_email", lambda email, to: email.update(Destinations=to), 49),
+    ],
+)
+def test_more_recipients_than_ses_takes_are_refused_and_the_split_send_keeps_the_key(
+    env: Any, ledger: Ledger, emails: dict[str, Any], service: str, method: str, spread: Any, fits: int
+) -> None:
+    """SES refuses a message to more than 50 recipients (MessageRejected): inside the ledger that burnt the key."""
+    good = {"send_raw_email": {"RawMessage": {"Data": RAW}}}.get(method, emails[service])
+    bad = copy.deepcopy(good)
+    spread(bad, [f"r{n}@example.com" for n in range(51)])
+    client = getattr(env, service)
+    with pytest.raises(InvalidInput, match=rf"{service}\.{method}: 51 recipients; SES takes at most 50 per message"):
+        getattr(client, method)(IntentKey=KEY, **bad)
+    assert env.proxy.exchanges == []
+    with pytest.raises(IntentNotFound):
+        ledger.get(KEY)
+    fewer = copy.deepcopy(good)
+    spread(fewer, [f"r{n}@example.com" for n in range(fits)])
+    getattr(client, method)(IntentKey=KEY, **fewer)  # under the same key
+    assert len(env.sent()) == 1
+    assert ledger.get(KEY).status is EffectStatus.CONFIRMED
+
+
 _ADDRESS = "jane.doe@example.com"
 _BODY = "Dear Jane, your test result is ready"
 

@@ -38,6 +38,7 @@ def check_params(client: Any, method: str, params: Mapping[str, Any]) -> None:
     unknown parameter instead (a ``KeyError``, which the ledger could only call unknown).
     """
     meta = client.meta
+    _check_recipients(f"{meta.service_model.service_name}.{method}", params)
     operation = meta.service_model.operation_model(meta.method_to_api_mapping[method])
     refused = _refusal(params, operation.input_shape)
     if refused is None:
@@ -48,6 +49,28 @@ def check_params(client: Any, method: str, params: Mapping[str, Any]) -> None:
             f"{meta.service_model.service_name}.{method}: Parameter validation failed: {refused.described}; "
             "nothing was sent or recorded, so the corrected call can use the same IntentKey"
         ) from refused.error
+
+
+MAX_RECIPIENTS = 50  # per message, To, Cc and Bcc together (SES's sending quotas page); more is MessageRejected
+
+
+def _check_recipients(call: str, params: Mapping[str, Any]) -> None:
+    """Refuse a message to more recipients than SES takes: refused by SES, the intent would end rejected and the
+    corrected send need a new key. Counted where the call names them (``Destination``, v1 raw ``Destinations``);
+    a raw message's own headers are left to SES."""
+    destination = params.get("Destination")
+    lists = (
+        [destination.get(field) for field in ("ToAddresses", "CcAddresses", "BccAddresses")]
+        if isinstance(destination, Mapping)
+        else []
+    )
+    lists.append(params.get("Destinations"))
+    count = sum(len(addresses) for addresses in lists if isinstance(addresses, list | tuple))
+    if count > MAX_RECIPIENTS:
+        raise InvalidInput(
+            f"{call}: {count} recipients; SES takes at most {MAX_RECIPIENTS} per message (To, Cc and Bcc "
+            "together): split the send into several intents; nothing was sent or recorded"
+        )
 
 
 def _refusal(params: Mapping[str, Any], shape: Any) -> _Refusal | None:
