@@ -10,6 +10,7 @@ from unittest import mock
 
 import pytest
 import python_http_client
+import sendgrid
 
 from safe_effects import (
     EffectRecord,
@@ -137,6 +138,25 @@ def test_custom_args_the_wrapper_cannot_stamp_are_refused_before_the_ledger_reco
     assert (fake.requests(), fake.effect_count()) == ([], 0)
     with pytest.raises(IntentNotFound):
         ledger.get(key)
+
+
+def test_more_personalizations_than_sendgrid_takes_are_refused_and_the_split_send_keeps_the_key(
+    sg: SendGridAPIClient, fake: FakeSendGrid, ledger: Ledger, key: str, mail: Any
+) -> None:
+    """SendGrid answers 400 to more than 1000 personalizations: inside the ledger that burnt the key."""
+    body = mail().get()
+    one = body["personalizations"][0]
+    with pytest.raises(InvalidInput, match="1001 personalizations; SendGrid takes at most 1000"):
+        sg.send({**body, "personalizations": [one] * 1001}, intent_key=key)
+    assert (fake.requests(), fake.effect_count()) == ([], 0)
+    with pytest.raises(IntentNotFound):
+        ledger.get(key)
+    raw = sendgrid.SendGridAPIClient(api_key=fake.api_key, host=fake.url)
+    with pytest.raises(python_http_client.exceptions.BadRequestsError):  # the fake holds the limit too
+        raw.send({**body, "personalizations": [one] * 1001})
+    sg.send({**body, "personalizations": [one] * 1000}, intent_key=key)  # at the limit, under the same key
+    assert fake.effect_count() == 1
+    assert ledger.get(key).status is EffectStatus.CONFIRMED
 
 
 def test_an_invalid_input_raised_in_dispatch_is_rejected_not_unknown(

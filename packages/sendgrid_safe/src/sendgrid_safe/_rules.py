@@ -38,6 +38,7 @@ TENANT_ARG = "safe_effects_tenant"
 RECIPIENTS_ARG = "safe_effects_rcpt"
 RESERVED_PREFIX = "safe_effects_"
 CUSTOM_ARGS_LIMIT = 10_000  # bytes, all custom_args of a message together
+MAX_PERSONALIZATIONS = 1000  # per request (Mail Send's limits); more is a 400
 
 SOURCES = (
     "https://www.twilio.com/docs/sendgrid/api-reference/mail-send/mail-send",
@@ -185,8 +186,16 @@ def split_provider_key(provider_key: str) -> tuple[str, str]:
 
 
 def stamp(body: Mapping[str, Any], provider_key: str) -> dict[str, Any]:
-    """A copy of ``body`` whose message-level custom_args name the intent; the caller's dict is untouched."""
+    """A copy of ``body`` whose message-level custom_args name the intent; the caller's dict is untouched.
+    What SendGrid would refuse for its size (custom_args, personalizations) is refused here, before the ledger
+    records the send: refused by SendGrid, the intent would end rejected and the corrected send need a new key."""
     check_unstamped(body)
+    personalizations = body.get("personalizations")
+    if isinstance(personalizations, list) and len(personalizations) > MAX_PERSONALIZATIONS:
+        raise InvalidInput(
+            f"{len(personalizations)} personalizations; SendGrid takes at most {MAX_PERSONALIZATIONS} per request: "
+            "split the send into several intents"
+        )
     tenant, intent_key = split_provider_key(provider_key)
     custom_args = {
         **(body.get("custom_args") or {}),

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from safe_effects.testing import FakeHTTPServer, FakeRequest, FakeResponse, Fault
+from sendgrid_safe._rules import MAX_PERSONALIZATIONS
 
 from ._signing import WebhookSigner
 
@@ -187,6 +188,8 @@ class FakeSendGrid:
             return _errors(400, "Bad Request")
         if not body.get("personalizations"):
             return _errors(400, "The personalizations field is required.", "personalizations")
+        if len(body["personalizations"]) > MAX_PERSONALIZATIONS:
+            return _errors(400, f"The personalizations field cannot have more than {MAX_PERSONALIZATIONS} items.")
         if not isinstance(body.get("from"), dict) or not body["from"].get("email"):
             return _errors(400, "The from object must be provided for every email send.", "from")
         message = SentMessage(f"fake{next(self._ids):018d}", body, time.time())
