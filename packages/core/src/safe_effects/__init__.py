@@ -42,7 +42,7 @@ from ._errors import (
     UnknownTenant,
 )
 from ._keys import IntentKey
-from ._ledger import Ledger
+from ._ledger import Ledger, LedgerOptions
 from ._ledger_check import check_ledger
 from ._metrics import PrometheusObserver, StoreCollector
 from ._observer import NullObserver, Observer
@@ -63,6 +63,7 @@ from ._thresholds import ApprovalThresholds
 __all__ = [
     # the executor
     "Ledger",
+    "LedgerOptions",
     "check_ledger",
     "RetryPolicy",
     "LeasePolicy",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from ._errors import InvalidInput, StaleRecord
 from ._keys import IntentKey
@@ -19,13 +19,11 @@ class ApprovalState(StrEnum):
     STALE = "stale"  # the record moved on after the request; it can no longer be applied
 
 
-class Approval(BaseModel):
+class Approval(BaseModel, frozen=True, extra="forbid"):  # config as class keywords: type checkers read those
     """A resolution one operator asked for above the threshold; applied only once another approves it.
 
     ``created_at`` is when it was asked for and ``resolved_at`` when it was decided: the store's time columns.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     id: int | None = None  # set by the store
     tenant: str

@@ -9,11 +9,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class _Frozen(BaseModel, frozen=True, extra="forbid"):
+    """Config as class keywords, ``frozen=True`` on every subclass too: what type checkers read."""
 
 
 class ParameterMatching(StrEnum):
@@ -33,7 +33,7 @@ class LookupKind(StrEnum):
     EVENT_STREAM = "event_stream"  # events pushed by the provider (webhooks, SES event publishing)
 
 
-class LookupMethod(_Frozen):
+class LookupMethod(_Frozen, frozen=True):
     kind: LookupKind
     description: str
     lag: timedelta | None = None  # how far behind the truth the method may be
@@ -43,7 +43,7 @@ class LookupMethod(_Frozen):
     verified: bool = True  # False where the fact is documented but not checked by us
 
 
-class IdempotencyContract(_Frozen):
+class IdempotencyContract(_Frozen, frozen=True):
     supported: bool
     header: str | None = None
     max_key_length: int | None = None
@@ -58,7 +58,7 @@ class IdempotencyContract(_Frozen):
     mismatch_codes: frozenset[str] = frozenset()
 
 
-class ProviderContract(_Frozen):
+class ProviderContract(_Frozen, frozen=True):
     """Per provider (and optionally per operation): idempotency, lookups, timing and SDK settings."""
 
     provider: str

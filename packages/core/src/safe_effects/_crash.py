@@ -22,6 +22,9 @@ class CrashPoint(StrEnum):
     DURING_RECEIPT_PERSIST = "during_receipt_persist"
 
 
+# the two points on the provider's side of the wire: its fake, not the executor, stops the worker there
+PROVIDER_SIDE = (CrashPoint.AFTER_DISPATCH, CrashPoint.AFTER_PROVIDER_ACCEPT)
+
 class SimulatedCrash(BaseException):
     """Raised at a crash point in ``raise`` mode; a BaseException so ``except Exception`` cannot swallow it."""
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Collection, Mapping
 from datetime import datetime, timedelta
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack
 
 from pydantic import ValidationError
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
@@ -172,6 +172,19 @@ def _default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+class LedgerOptions(TypedDict, total=False):
+    """The keyword options of :class:`Ledger`, for :meth:`Ledger.open` (see the constructor for each)."""
+
+    clock: Clock
+    worker_id: str | None
+    lease: LeasePolicy
+    retry: RetryPolicy
+    tenants: Collection[str] | None
+    crash_plan: CrashPlan
+    observer: Observer | None
+    sleep: Callable[[float], None]
+
+
 class Ledger:
     """Runs effects through a :class:`Store` so each intent reaches the provider at most once, knowingly."""
 
@@ -217,8 +230,9 @@ class Ledger:
             raise MigrationsPending(pending)
 
     @classmethod
-    def open(cls, url: str = "sqlite:///safe-effects.sqlite3", **options: Any) -> Ledger:
-        """Open (and migrate) the store at ``url`` — ``sqlite:///file`` or ``postgresql://...``."""
+    def open(cls, url: str = "sqlite:///safe-effects.sqlite3", **options: Unpack[LedgerOptions]) -> Ledger:
+        """Open (and migrate) the store at ``url`` — ``sqlite:///file`` or ``postgresql://...``; ``options`` are
+        the constructor's (a misspelt one is a type error; at run time a ``TypeError``, the store closed again)."""
         from ._store_url import open_store  # noqa: PLC0415 - keeps psycopg out of import time
 
         store = open_store(url)
@@ -270,7 +284,7 @@ class Ledger:
         workflow_id: str | None = None,
         step_id: str | None = None,
         compensates: IntentKey | None = None,
-    ) -> Receipt:
+    ) -> Receipt[R]:
         """Perform ``request`` once for ``intent_key``: a receipt, or a typed outcome error, never a guess."""
         tag = self._unsent.tag()
         fresh = self._new_record(
@@ -380,7 +394,7 @@ class Ledger:
         original_key: IntentKey | str,
         compensating_key: IntentKey | str,
         tenant: str = DEFAULT_TENANT,
-    ) -> Receipt:
+    ) -> Receipt[R]:
         """Run a separate, linked compensating intent; the original turns ``compensated`` once it is confirmed."""
         original = self.get(original_key, tenant=tenant)
         comp_key = IntentKey.parse(compensating_key)
@@ -619,7 +633,7 @@ class Ledger:
         record: EffectRecord,
         digest: str,
         contract: ProviderContract,
-    ) -> Receipt:
+    ) -> Receipt[R]:
         """Answer a call whose intent is already recorded, without ever dispatching twice."""
         self._check_digest(record, digest)
         self._unsent.prune(record, self.worker_id)
@@ -818,7 +832,7 @@ class Ledger:
         contract: ProviderContract,
         *,
         method: str = "provider_response",
-    ) -> Receipt:
+    ) -> Receipt[R]:
         assert record.provider_key is not None
         self.crash_plan.hit(CrashPoint.BEFORE_DISPATCH)
         try:
@@ -1242,7 +1256,7 @@ class Ledger:
         request: EffectRequest,
         record: EffectRecord,
         contract: ProviderContract,
-    ) -> Receipt:
+    ) -> Receipt[R]:
         """A caller retried an unknown intent: evidence, then same-key replay if safe, then lookup."""
         settled = self._settle_by_evidence(record, contract)
         if settled is None and contract.can_replay(

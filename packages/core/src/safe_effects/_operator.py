@@ -232,7 +232,7 @@ class Operator:
         reason: str,
         expect_version: int,
         tenant: str = DEFAULT_TENANT,
-    ) -> Receipt:
+    ) -> Receipt[Any]:
         """Launch the linked compensating intent (a refund, a correction); its summary names who and why.
 
         Only while the original is still the confirmed record at ``expect_version`` (the one the operator

@@ -4,21 +4,25 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from ._keys import IntentKey
 from ._states import EffectStatus
 
-
-class _Frozen(BaseModel):
-    # cache_strings off: pydantic-core otherwise keeps a copy of every str-subclass value it converts (each
-    # IntentKey in an AuditEntry) in a process-wide cache of ~16k strings; records gain nothing from it
-    model_config = ConfigDict(frozen=True, extra="forbid", cache_strings=False)
+R = TypeVar("R")  # a provider adapter's response type
 
 
-class Resolution(_Frozen):
+class _Frozen(BaseModel, frozen=True, extra="forbid", cache_strings=False):
+    """Config as class keywords, and ``frozen=True`` on every subclass too: type checkers read those, not
+    ``model_config``, and then refuse an assignment to a field as pydantic does at run time.
+
+    cache_strings off: pydantic-core otherwise keeps a copy of every str-subclass value it converts (each
+    IntentKey in an AuditEntry) in a process-wide cache of ~16k strings; records gain nothing from it."""
+
+
+class Resolution(_Frozen, frozen=True):
     """How an outcome was settled: by the provider's answer, a lookup, evidence, or an operator."""
 
     method: str  # "provider_response", "key_replay", "lookup:<kind>", "evidence:<source>", "operator"
@@ -28,7 +32,7 @@ class Resolution(_Frozen):
     approved_by: str | None = None
 
 
-class EffectRecord(_Frozen):
+class EffectRecord(_Frozen, frozen=True):
     """One row per (tenant, intent key): everything needed to decide what to do next without guessing."""
 
     tenant: str
@@ -65,7 +69,7 @@ class EffectRecord(_Frozen):
         return self.lease_expires_at is None or self.lease_expires_at <= now
 
 
-class AuditEntry(_Frozen):
+class AuditEntry(_Frozen, frozen=True):
     """One append-only line per transition: who moved which intent from what to what, and why."""
 
     tenant: str
@@ -86,7 +90,7 @@ class EvidenceVerdict(StrEnum):
     INFORMATIONAL = "informational"  # says something, decides nothing (opens, clicks, a late response)
 
 
-class Evidence(_Frozen):
+class Evidence(_Frozen, frozen=True):
     """A fact about an intent received from outside the dispatch path (webhook, event queue, late response)."""
 
     tenant: str
@@ -101,13 +105,12 @@ class Evidence(_Frozen):
     detail: dict[str, Any] = Field(default_factory=dict)
 
 
-class Receipt(_Frozen):
-    """What the caller gets for a confirmed effect. ``response`` is the live provider response when there was one."""
-
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+class Receipt(_Frozen, Generic[R], frozen=True, arbitrary_types_allowed=True):
+    """What the caller gets for a confirmed effect. ``response`` is the live provider response when there was one,
+    of the adapter's response type (``Ledger.execute`` returns a ``Receipt`` of it)."""
 
     record: EffectRecord
-    response: Any = Field(default=None, repr=False)  # the provider's object: names, addresses; never in a log line
+    response: R | None = Field(default=None, repr=False)  # the provider's object: names, addresses; never logged
     from_ledger: bool = False  # True when no provider call was made for this answer
 
     @property

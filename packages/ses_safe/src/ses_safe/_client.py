@@ -161,7 +161,7 @@ def _refuse(operation: str, **_: Any) -> NoReturn:
     )
 
 
-def _response(receipt: Receipt, tenant: str) -> dict[str, Any]:
+def _response(receipt: Receipt[Any], tenant: str) -> dict[str, Any]:
     """The boto3 response, or one shaped like it when the ledger answered; ``SafeEffects`` says which."""
     record = receipt.record
     marker = {

@@ -400,7 +400,7 @@ class _LedgerRequestor(_APIRequestor):
         return super().request("get", url, params, options, base_address="api", usage=["stripe_safe"])
 
 
-def receipt_of(obj: stripe.StripeObject) -> Receipt | None:
+def receipt_of(obj: stripe.StripeObject) -> Receipt[stripe.StripeObject] | None:
     """The ledger's receipt behind an object a safe write returned: ``.from_ledger`` says no write was made."""
     receipt = getattr(obj, _RECEIPT_ATTRIBUTE, None)
     return receipt if isinstance(receipt, Receipt) else None

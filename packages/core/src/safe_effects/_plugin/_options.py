@@ -6,8 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Literal, get_args
 
-from safe_effects._crash import CrashPoint
-from safe_effects.testing._crash_kit import PROVIDER_SIDE
+from safe_effects._crash import PROVIDER_SIDE, CrashPoint
 
 StoreChoice = Literal["auto", "sqlite", "postgres"]
 _STORES = get_args(StoreChoice)

@@ -1,6 +1,9 @@
 """Test helpers shipped with safe-effects: a movable clock, the HTTP fake every provider fake builds on, crash
 traps, both-sides assertions and fault cassettes (vcrpy, ``safe-effects[testing]``, imported only when used)."""
 
+# the safe_options fixture's type, for annotating a test with it (the plugin's own module is private)
+from safe_effects._plugin._options import SafeEffectsOptions
+
 from ._assertions import assert_effect
 from ._cassettes import (
     CassetteReplay,
@@ -54,6 +57,7 @@ __all__ = [
     "CrashKit",
     "Trap",
     "FaultWatch",
+    "SafeEffectsOptions",
     # fault cassettes
     "fault_cassette",
     "CassetteReplay",

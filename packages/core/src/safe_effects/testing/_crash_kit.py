@@ -16,11 +16,9 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from safe_effects._crash import CrashAction, CrashPlan, CrashPoint
+from safe_effects._crash import PROVIDER_SIDE, CrashAction, CrashPlan, CrashPoint
 
 from ._http_fake import FakeHTTPServer, FakeRequest, Fault
-
-PROVIDER_SIDE = (CrashPoint.AFTER_DISPATCH, CrashPoint.AFTER_PROVIDER_ACCEPT)
 
 
 def _executor_side(points: tuple[CrashPoint | str, ...]) -> list[CrashPoint]:
