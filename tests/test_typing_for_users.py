@@ -23,12 +23,29 @@ def job(ledger: Ledger, adapter: GenericFakeAdapter, record: EffectRecord, optio
 """
 
 
-def test_the_public_api_keeps_a_users_types_and_refuses_what_run_time_refuses(tmp_path: Path) -> None:
-    """The adapter's response type reaches the receipt (it was Any); a frozen record's field and a misspelt
-    option of Ledger.open are type errors, as they are errors at run time."""
-    (tmp_path / "user.py").write_text(USER_CODE)
+SES_USER_CODE = """
+import ses_safe
+from safe_effects import Ledger
+
+
+def email(ledger: Ledger) -> None:
+    ses_safe.client("sesv2", ledger=ledger, region_name="eu-west-1", configuration_sett="x")
+    ses = ses_safe.client("sesv2", ledger=ledger, region_name="eu-west-1", configuration_set="transactional")
+    answer = ses.send_email(IntentKey="a:b:c:v1", FromEmailAdress="x@example.com", Content={"Raw": {"Data": b""}})
+    ses.send_email(FromEmailAddress="x@example.com", Content={"Raw": {"Data": b""}})
+    reveal_type(answer["MessageId"])
+    reveal_type(ses.get_account()["SendingEnabled"])
+    ses.send_emial()
+    reveal_type(ses.without_ledger(reason="safe"))
+"""
+
+
+def _mypy_strict(tmp_path: Path, code: str) -> tuple[list[str], str]:
+    """mypy --strict on ``code`` as a user's module, without this project's configuration: its lines about the
+    module (``error: ...``, ``note: ...``), and its whole output for an assertion's message."""
+    (tmp_path / "user.py").write_text(code)
     (tmp_path / "mypy.ini").write_text("[mypy]\n")
-    out, err, status = mypy_api.run(
+    out, err, _ = mypy_api.run(
         [
             str(tmp_path / "user.py"),
             "--strict",
@@ -41,10 +58,33 @@ def test_the_public_api_keeps_a_users_types_and_refuses_what_run_time_refuses(tm
         ]
     )
     lines = [line.partition(": ")[2] for line in out.splitlines() if line.startswith(str(tmp_path / "user.py"))]
+    return lines, out + err
+
+
+def test_the_public_api_keeps_a_users_types_and_refuses_what_run_time_refuses(tmp_path: Path) -> None:
+    """The adapter's response type reaches the receipt (it was Any); a frozen record's field and a misspelt
+    option of Ledger.open are type errors, as they are errors at run time."""
+    lines, out = _mypy_strict(tmp_path, USER_CODE)
     assert 'note: Revealed type is "str | None"' in lines, out
     assert 'error: Property "status" defined in "EffectRecord" is read-only  [misc]' in lines, out
     assert 'error: Property "from_ledger" defined in "Receipt" is read-only  [misc]' in lines, out
     misspelt = 'error: Unexpected keyword argument "leese" for "open" of "Ledger"'
     assert any(line.startswith(misspelt) for line in lines), out
     assert len([line for line in lines if line.startswith("error:")]) == 3, out  # nothing else: the rest types
-    assert status == 1, err
+
+
+def test_a_wrapped_ses_client_is_typed_as_boto3s_with_the_intent_required(tmp_path: Path) -> None:
+    """With boto3-stubs installed, the wrapped client checks what the raw one does (its methods, each call's
+    parameters), requires IntentKey, and says that a ledger's answer may have no MessageId; before, all Any."""
+    lines, out = _mypy_strict(tmp_path, SES_USER_CODE)
+    expected = [
+        'error: Unexpected keyword argument "configuration_sett" for overloaded function "client"',
+        'error: Unexpected keyword argument "FromEmailAdress" for "send_email" of "SafeSESv2Client"',
+        'error: Missing named argument "IntentKey" for "send_email" of "SafeSESv2Client"',
+        'note: Revealed type is "str | None"',
+        'note: Revealed type is "bool"',
+        'error: "SafeSESv2Client" has no attribute "send_emial"',
+        'note: Revealed type is "mypy_boto3_sesv2.client.SESV2Client"',
+    ]
+    for start in expected:
+        assert any(line.startswith(start) for line in lines), (start, out)

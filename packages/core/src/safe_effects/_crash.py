@@ -25,6 +25,7 @@ class CrashPoint(StrEnum):
 # the two points on the provider's side of the wire: its fake, not the executor, stops the worker there
 PROVIDER_SIDE = (CrashPoint.AFTER_DISPATCH, CrashPoint.AFTER_PROVIDER_ACCEPT)
 
+
 class SimulatedCrash(BaseException):
     """Raised at a crash point in ``raise`` mode; a BaseException so ``except Exception`` cannot swallow it."""
 

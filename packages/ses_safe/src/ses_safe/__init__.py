@@ -2,7 +2,17 @@
 
 from ._adapter import SendPayload, SesAdapter
 from ._classify import CREDENTIAL_CODES, FINAL_CODES, RETRYABLE_CODES, classify
-from ._client import INTENT_KWARG, MissingConfigurationSet, SafeSESClient, SafeSESv2Client, boundary_config, client
+from ._client import (
+    INTENT_KWARG,
+    ClientOptions,
+    MissingConfigurationSet,
+    SafeEffectsMarker,
+    SafeSESClient,
+    SafeSESv2Client,
+    SendResponse,
+    boundary_config,
+    client,
+)
 from ._contract import CONTRACTS, PROVIDER, send_contract
 from ._events import IngestOutcome, IngestResult, UntrustedTopic, event_verdict, ingest_event, unwrap
 from ._from_env import adapter_from_env
@@ -16,6 +26,9 @@ __all__ = [
     "client",
     "SafeSESClient",
     "SafeSESv2Client",
+    "ClientOptions",
+    "SendResponse",
+    "SafeEffectsMarker",
     "INTENT_KWARG",
     "boundary_config",
     # provider seam

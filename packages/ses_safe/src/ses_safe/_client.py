@@ -6,7 +6,7 @@ import functools
 import hashlib
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal, NoReturn, overload
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypedDict, Unpack, cast, overload
 
 import boto3
 from botocore.config import Config
@@ -14,6 +14,7 @@ from botocore.config import Config
 from safe_effects import (
     DEFAULT_TENANT,
     EffectRequest,
+    IntentKey,
     InvalidInput,
     Ledger,
     MissingIntentKey,
@@ -28,9 +29,18 @@ from ._contract import CONNECT_TIMEOUT, READ_TIMEOUT
 from ._params import check_params
 from ._tags import check_caller_tags
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # boto3-stubs, where installed: the wrapped clients are typed as boto3's own
     from mypy_boto3_ses import SESClient
+    from mypy_boto3_ses.type_defs import SendEmailRequestTypeDef as SesSendEmail
+    from mypy_boto3_ses.type_defs import SendRawEmailRequestTypeDef as SesSendRawEmail
+    from mypy_boto3_ses.type_defs import SendTemplatedEmailRequestTypeDef as SesSendTemplatedEmail
     from mypy_boto3_sesv2 import SESV2Client
+    from mypy_boto3_sesv2.type_defs import SendEmailRequestTypeDef as V2SendEmail
+
+    _SESBase = SESClient
+    _SESV2Base = SESV2Client
+else:
+    _SESBase = _SESV2Base = object
 
 INTENT_KWARG = "IntentKey"
 SERVICE_NAMES = ("ses", "sesv2")  # exactly as boto3 names them
@@ -41,6 +51,24 @@ _UNGUARDED_SENDS = {
     "sesv2": frozenset({"send_bulk_email", "send_custom_verification_email"}),
 }
 _log = logging.getLogger("ses_safe")
+
+
+class SafeEffectsMarker(TypedDict):
+    """What the ledger says about a send's answer: ``FromLedger`` when no request was made for it."""
+
+    FromLedger: bool
+    IntentKey: str
+    Tenant: str
+    Status: str
+
+
+class SendResponse(TypedDict):
+    """A send's answer: boto3's (``MessageId``, ``ResponseMetadata``), or one shaped like it when the ledger
+    answered. ``MessageId`` is None only for an intent settled without one (an operator's decision)."""
+
+    MessageId: str | None
+    ResponseMetadata: Mapping[str, Any]
+    SafeEffects: SafeEffectsMarker
 
 
 class MissingConfigurationSet(InvalidInput):
@@ -110,12 +138,14 @@ class _SafeClient:
     def adapter(self) -> SesAdapter:
         return self._adapter
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):  # never forward private names (copy/pickle probe them before __init__ ran)
-            raise AttributeError(name)
-        if name in _UNGUARDED_SENDS[self._service]:
-            return functools.partial(_refuse, f"{self._service}.{name}")
-        return getattr(self._adapter.client, name)
+    if not TYPE_CHECKING:  # to a type checker, the client's own methods (boto3-stubs): a misspelt one is an error
+
+        def __getattr__(self, name: str) -> Any:
+            if name.startswith("_"):  # never forward private names (copy/pickle probe them before __init__ ran)
+                raise AttributeError(name)
+            if name in _UNGUARDED_SENDS[self._service]:
+                return functools.partial(_refuse, f"{self._service}.{name}")
+            return getattr(self._adapter.client, name)
 
     def without_ledger(self, *, reason: str) -> Any:
         """A second, plain boto3 client with your own config and retries, for sends you have declared safe to
@@ -125,7 +155,7 @@ class _SafeClient:
         _log.info("ses_safe: ledger bypassed: %s", reason)
         return self._raw
 
-    def _send(self, method: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    def _send(self, method: str, kwargs: dict[str, Any]) -> SendResponse:
         intent_key = kwargs.pop(INTENT_KWARG, None)
         if intent_key is None:
             raise MissingIntentKey(f"{self._service}.{method} needs {INTENT_KWARG}='object:id:action:v1'")
@@ -161,55 +191,99 @@ def _refuse(operation: str, **_: Any) -> NoReturn:
     )
 
 
-def _response(receipt: Receipt[Any], tenant: str) -> dict[str, Any]:
+def _response(receipt: Receipt[Any], tenant: str) -> SendResponse:
     """The boto3 response, or one shaped like it when the ledger answered; ``SafeEffects`` says which."""
     record = receipt.record
-    marker = {
-        "FromLedger": receipt.from_ledger or receipt.response is None,
-        "IntentKey": str(record.intent_key),
-        "Tenant": tenant,
-        "Status": record.status.value,
-    }
+    marker = SafeEffectsMarker(
+        FromLedger=receipt.from_ledger or receipt.response is None,
+        IntentKey=str(record.intent_key),
+        Tenant=tenant,
+        Status=record.status.value,
+    )
     if isinstance(receipt.response, dict):
-        return {**receipt.response, "SafeEffects": marker}
+        return cast(SendResponse, {**receipt.response, "SafeEffects": marker})
     metadata = {"RequestId": "", "HTTPStatusCode": 200, "HTTPHeaders": {}, "RetryAttempts": 0}
-    return {"MessageId": record.provider_result_id, "ResponseMetadata": metadata, "SafeEffects": marker}
+    return SendResponse(MessageId=record.provider_result_id, ResponseMetadata=metadata, SafeEffects=marker)
 
 
-class SafeSESClient(_SafeClient):
+class SafeSESClient(_SafeClient, _SESBase):
     """Drop-in for ``boto3.client("ses")``: ``send_email``, ``send_raw_email`` and ``send_templated_email``
-    need ``IntentKey=``."""
+    need ``IntentKey=``. Typed as boto3-stubs' ``SESClient`` where those are installed, sends and all."""
 
     _service = "ses"
     _tags_field = "Tags"
 
-    def send_email(self, **kwargs: Any) -> dict[str, Any]:
-        return self._send("send_email", kwargs)
+    if TYPE_CHECKING:  # IntentKey required, the rest as boto3-stubs type the call; at run time see _send
 
-    def send_raw_email(self, **kwargs: Any) -> dict[str, Any]:
-        return self._send("send_raw_email", kwargs)
+        def send_email(  # type: ignore[override]
+            self, *, IntentKey: IntentKey | str, **kwargs: Unpack[SesSendEmail]
+        ) -> SendResponse: ...
+        def send_raw_email(  # type: ignore[override]
+            self, *, IntentKey: IntentKey | str, **kwargs: Unpack[SesSendRawEmail]
+        ) -> SendResponse: ...
+        def send_templated_email(  # type: ignore[override]
+            self, *, IntentKey: IntentKey | str, **kwargs: Unpack[SesSendTemplatedEmail]
+        ) -> SendResponse: ...
+        def without_ledger(self, *, reason: str) -> SESClient: ...
 
-    def send_templated_email(self, **kwargs: Any) -> dict[str, Any]:
-        return self._send("send_templated_email", kwargs)
+    else:
+
+        def send_email(self, **kwargs: Any) -> SendResponse:
+            return self._send("send_email", kwargs)
+
+        def send_raw_email(self, **kwargs: Any) -> SendResponse:
+            return self._send("send_raw_email", kwargs)
+
+        def send_templated_email(self, **kwargs: Any) -> SendResponse:
+            return self._send("send_templated_email", kwargs)
 
 
-class SafeSESv2Client(_SafeClient):
-    """Drop-in for ``boto3.client("sesv2")``: ``send_email`` needs ``IntentKey=``."""
+class SafeSESv2Client(_SafeClient, _SESV2Base):
+    """Drop-in for ``boto3.client("sesv2")``: ``send_email`` needs ``IntentKey=``. Typed as boto3-stubs'
+    ``SESV2Client`` where those are installed, sends and all."""
 
     _service = "sesv2"
     _tags_field = "EmailTags"
 
-    def send_email(self, **kwargs: Any) -> dict[str, Any]:
-        return self._send("send_email", kwargs)
+    if TYPE_CHECKING:
+
+        def send_email(  # type: ignore[override]
+            self, *, IntentKey: IntentKey | str, **kwargs: Unpack[V2SendEmail]
+        ) -> SendResponse: ...
+        def without_ledger(self, *, reason: str) -> SESV2Client: ...
+
+    else:
+
+        def send_email(self, **kwargs: Any) -> SendResponse:
+            return self._send("send_email", kwargs)
+
+
+class ClientOptions(TypedDict, total=False):
+    """:func:`client`'s keyword options: the wrapper's own, then ``boto3.client``'s."""
+
+    tenant: str
+    configuration_set: str | None
+    connect_timeout: float
+    read_timeout: float
+    config: Config | None
+    session: boto3.session.Session | None
+    api_version: str | None
+    use_ssl: bool
+    verify: bool | str | None
+    endpoint_url: str | None
+    aws_access_key_id: str | None
+    aws_secret_access_key: str | None
+    aws_session_token: str | None
+    aws_account_id: str | None
 
 
 @overload
 def client(
-    service_name: Literal["ses"], region_name: str | None = None, *, ledger: Ledger, **options: Any
+    service_name: Literal["ses"], region_name: str | None = None, *, ledger: Ledger, **options: Unpack[ClientOptions]
 ) -> SafeSESClient: ...
 @overload
 def client(
-    service_name: Literal["sesv2"], region_name: str | None = None, *, ledger: Ledger, **options: Any
+    service_name: Literal["sesv2"], region_name: str | None = None, *, ledger: Ledger, **options: Unpack[ClientOptions]
 ) -> SafeSESv2Client: ...
 def client(
     service_name: Literal["ses", "sesv2"],
