@@ -180,6 +180,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "SIGNATURE_HEADER",
         "SendGridAPIClient",
         "SendGridAdapter",
+        "SendResponse",
         "TENANT_ARG",
         "TIMESTAMP_HEADER",
         "WebhookSignatureError",

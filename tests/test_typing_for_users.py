@@ -40,6 +40,22 @@ def email(ledger: Ledger) -> None:
 """
 
 
+SENDGRID_USER_CODE = """
+from safe_effects import Ledger
+from sendgrid.helpers.mail import Mail  # type: ignore[import-untyped]
+from sendgrid_safe import SendGridAPIClient
+
+
+def mail(ledger: Ledger, message: Mail) -> None:
+    sg = SendGridAPIClient("SG.key", ledger=ledger)
+    response = sg.send(message, intent_key="a:b:c:v1")
+    reveal_type(response.status_code)
+    reveal_type(response.from_ledger)
+    print(response.status_cod)
+    sg.send(message)
+"""
+
+
 def _mypy_strict(tmp_path: Path, code: str) -> tuple[list[str], str]:
     """mypy --strict on ``code`` as a user's module, without this project's configuration: its lines about the
     module (``error: ...``, ``note: ...``), and its whole output for an assertion's message."""
@@ -85,6 +101,20 @@ def test_a_wrapped_ses_client_is_typed_as_boto3s_with_the_intent_required(tmp_pa
         'note: Revealed type is "bool"',
         'error: "SafeSESv2Client" has no attribute "send_emial"',
         'note: Revealed type is "mypy_boto3_sesv2.client.SESV2Client"',
+    ]
+    for start in expected:
+        assert any(line.startswith(start) for line in lines), (start, out)
+
+
+def test_a_sendgrid_send_is_typed_with_the_intent_required(tmp_path: Path) -> None:
+    """send returned Any and took intent_key as optional: a misspelt attribute of its answer, or a send without
+    an intent (MissingIntentKey at run time), passed a type checker."""
+    lines, out = _mypy_strict(tmp_path, SENDGRID_USER_CODE)
+    expected = [
+        'note: Revealed type is "int"',
+        'note: Revealed type is "bool"',
+        'error: "SendResponse" has no attribute "status_cod"',
+        'error: Missing named argument "intent_key" for "send" of "SendGridAPIClient"',
     ]
     for start in expected:
         assert any(line.startswith(start) for line in lines), (start, out)

@@ -2,7 +2,7 @@
 
 from ._adapter import SendGridAdapter
 from ._asgi import make_asgi_app
-from ._client import LedgerResponse
+from ._client import LedgerResponse, SendResponse
 from ._from_env import adapter_from_env
 from ._rules import (
     CONTRACT,
@@ -30,6 +30,7 @@ __all__ = [
     # the drop-in client
     "SendGridAPIClient",
     "LedgerResponse",
+    "SendResponse",
     # the provider seam
     "SendGridAdapter",
     "CONTRACT",

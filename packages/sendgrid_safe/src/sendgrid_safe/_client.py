@@ -4,12 +4,28 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from http.client import HTTPMessage
-from typing import Any
+from typing import Any, Protocol
 
 import python_http_client
 import sendgrid
 
 from safe_effects import request_digest
+
+
+class SendResponse(Protocol):
+    """What :meth:`SendGridAPIClient.send` returns: the SDK's ``Response`` for a call that was sent, or a
+    :class:`LedgerResponse` for an answer taken from the ledger; ``from_ledger`` says which."""
+
+    @property
+    def status_code(self) -> int: ...
+    @property
+    def body(self) -> bytes: ...
+    @property
+    def headers(self) -> HTTPMessage: ...
+    @property
+    def to_dict(self) -> Any: ...
+    @property
+    def from_ledger(self) -> bool: ...
 
 
 class LedgerResponse:

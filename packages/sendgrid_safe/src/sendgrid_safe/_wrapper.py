@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import sendgrid
 
@@ -20,8 +21,11 @@ from safe_effects import (
 
 from . import _rules
 from ._adapter import SendGridAdapter
-from ._client import LedgerResponse
+from ._client import LedgerResponse, SendResponse
 from ._guard import guarded_client
+
+if TYPE_CHECKING:
+    from sendgrid.helpers.mail import Mail
 
 
 class SendGridAPIClient:
@@ -51,7 +55,16 @@ class SendGridAPIClient:
         self.tenant = check_tenant(tenant)
         self.adapter = SendGridAdapter(sdk, timeout=timeout, activity_lookup=activity_lookup)
 
-    def send(self, message: Any, *, intent_key: IntentKey | str | None = None) -> Any:
+    if TYPE_CHECKING:  # intent_key required; at run time its absence is MissingIntentKey, named
+
+        def send(self, message: Mail | Mapping[str, Any], *, intent_key: IntentKey | str) -> SendResponse: ...
+
+    else:
+
+        def send(self, message: Any, *, intent_key: IntentKey | str | None = None) -> SendResponse:
+            return self._send(message, intent_key)
+
+    def _send(self, message: Any, intent_key: IntentKey | str | None) -> SendResponse:
         """Send a ``Mail`` (or its dict) once for ``intent_key``: the SDK's response, or for a repeat the stored
         answer as a LedgerResponse; either says ``.from_ledger`` (whether no provider call was made)."""
         if intent_key is None:
@@ -78,7 +91,8 @@ class SendGridAPIClient:
         receipt = self.ledger.execute(self.adapter, request, intent_key=key, tenant=self.tenant)
         if receipt.response is not None:
             receipt.response.from_ledger = False  # one question for both answers: was this call sent?
-            return receipt.response
+            sent: SendResponse = receipt.response  # python-http-client's Response, untyped
+            return sent
         return LedgerResponse(receipt.record.provider_result_id)
 
     @property
