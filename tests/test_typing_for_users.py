@@ -77,6 +77,13 @@ def _mypy_strict(tmp_path: Path, code: str) -> tuple[list[str], str]:
     return lines, out + err
 
 
+def _assert_reported(checked: tuple[list[str], str], *starts: str) -> None:
+    """Each of ``starts`` begins one of the lines mypy reported about the user's module."""
+    lines, out = checked
+    for start in starts:
+        assert any(line.startswith(start) for line in lines), (start, out)
+
+
 def test_the_public_api_keeps_a_users_types_and_refuses_what_run_time_refuses(tmp_path: Path) -> None:
     """The adapter's response type reaches the receipt (it was Any); a frozen record's field and a misspelt
     option of Ledger.open are type errors, as they are errors at run time."""
@@ -92,8 +99,8 @@ def test_the_public_api_keeps_a_users_types_and_refuses_what_run_time_refuses(tm
 def test_a_wrapped_ses_client_is_typed_as_boto3s_with_the_intent_required(tmp_path: Path) -> None:
     """With boto3-stubs installed, the wrapped client checks what the raw one does (its methods, each call's
     parameters), requires IntentKey, and says that a ledger's answer may have no MessageId; before, all Any."""
-    lines, out = _mypy_strict(tmp_path, SES_USER_CODE)
-    expected = [
+    _assert_reported(
+        _mypy_strict(tmp_path, SES_USER_CODE),
         'error: Unexpected keyword argument "configuration_sett" for overloaded function "client"',
         'error: Unexpected keyword argument "FromEmailAdress" for "send_email" of "SafeSESv2Client"',
         'error: Missing named argument "IntentKey" for "send_email" of "SafeSESv2Client"',
@@ -101,20 +108,16 @@ def test_a_wrapped_ses_client_is_typed_as_boto3s_with_the_intent_required(tmp_pa
         'note: Revealed type is "bool"',
         'error: "SafeSESv2Client" has no attribute "send_emial"',
         'note: Revealed type is "mypy_boto3_sesv2.client.SESV2Client"',
-    ]
-    for start in expected:
-        assert any(line.startswith(start) for line in lines), (start, out)
+    )
 
 
 def test_a_sendgrid_send_is_typed_with_the_intent_required(tmp_path: Path) -> None:
     """send returned Any and took intent_key as optional: a misspelt attribute of its answer, or a send without
     an intent (MissingIntentKey at run time), passed a type checker."""
-    lines, out = _mypy_strict(tmp_path, SENDGRID_USER_CODE)
-    expected = [
+    _assert_reported(
+        _mypy_strict(tmp_path, SENDGRID_USER_CODE),
         'note: Revealed type is "int"',
         'note: Revealed type is "bool"',
         'error: "SendResponse" has no attribute "status_cod"',
         'error: Missing named argument "intent_key" for "send" of "SendGridAPIClient"',
-    ]
-    for start in expected:
-        assert any(line.startswith(start) for line in lines), (start, out)
+    )
