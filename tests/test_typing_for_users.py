@@ -53,6 +53,8 @@ def mail(ledger: Ledger, message: Mail) -> None:
     reveal_type(response.from_ledger)
     print(response.status_cod)
     sg.send(message)
+    reveal_type(sg.host)
+    sg.sned(message, intent_key="a:b:c:v1")
 """
 
 
@@ -112,12 +114,14 @@ def test_a_wrapped_ses_client_is_typed_as_boto3s_with_the_intent_required(tmp_pa
 
 
 def test_a_sendgrid_send_is_typed_with_the_intent_required(tmp_path: Path) -> None:
-    """send returned Any and took intent_key as optional: a misspelt attribute of its answer, or a send without
-    an intent (MissingIntentKey at run time), passed a type checker."""
+    """send returned Any and took intent_key as optional, and every attribute was Any: a misspelt attribute of
+    the client or its answer, or a send without an intent (MissingIntentKey at run time), passed mypy."""
     _assert_reported(
         _mypy_strict(tmp_path, SENDGRID_USER_CODE),
         'note: Revealed type is "int"',
         'note: Revealed type is "bool"',
         'error: "SendResponse" has no attribute "status_cod"',
         'error: Missing named argument "intent_key" for "send" of "SendGridAPIClient"',
+        'note: Revealed type is "str"',
+        'error: "SendGridAPIClient" has no attribute "sned"',
     )

@@ -124,8 +124,20 @@ class SendGridAPIClient:
         """Try to settle an unknown send from evidence or the Email Activity API; never resends."""
         return self.ledger.reconcile(self.adapter, intent_key=intent_key, tenant=self.tenant)
 
-    def __getattr__(self, name: str) -> Any:
-        """Everything else is the SDK's own (``client``, ``host``, ``reset_request_headers``...)."""
-        if name == "_sdk":  # not yet set: fail plainly instead of recursing
-            raise AttributeError(name)
-        return getattr(self._sdk, name)
+    if TYPE_CHECKING:  # the SDK's attributes __getattr__ forwards, named, so a misspelt one is a type error
+        api_key: str | None
+        auth: str
+        host: str
+        impersonate_subuser: str | None
+        version: str
+        useragent: str
+
+        def reset_request_headers(self) -> None: ...
+
+    else:
+
+        def __getattr__(self, name: str) -> Any:
+            """Everything else is the SDK's own (``host``, ``reset_request_headers``...)."""
+            if name == "_sdk":  # not yet set: fail plainly instead of recursing
+                raise AttributeError(name)
+            return getattr(self._sdk, name)
