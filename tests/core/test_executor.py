@@ -32,6 +32,7 @@ from safe_effects import (
     InvalidTenant,
     LeasePolicy,
     Ledger,
+    Resolution,
     RetryPolicy,
     SimulatedCrash,
     UndigestibleRequest,
@@ -1004,6 +1005,15 @@ def test_tenant_allow_list(store_url: str, tmp_path: Path) -> None:
         strict.execute(env.adapter, CHARGE, intent_key=KEY, tenant="globex")
     strict.execute(env.adapter, CHARGE, intent_key=KEY, tenant="acme")
     assert [e.key for e in env.fake.effects()] == [f"acme/{KEY}"]
+    env.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
+    with pytest.raises(EffectUnknown):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY, tenant="globex")
+    globex = env.ledger.get(KEY, tenant="globex")  # read through a ledger that serves globex
+    by_hand = Resolution(method="operator", operator="bob", reason="looked")
+    with pytest.raises(UnknownTenant, match="globex"):  # settle too keeps to the ledger's tenants
+        strict.settle(globex, EffectStatus.REJECTED, resolution=by_hand, actor="operator:bob")
+    assert env.ledger.get(KEY, tenant="globex") == globex
+    assert len(env.fake.effects()) == 2  # acme's, and globex's that the lost answer hid
 
 
 @pytest.mark.parametrize(

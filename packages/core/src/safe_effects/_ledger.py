@@ -435,6 +435,7 @@ class Ledger:
         ``approval`` is the pending approval this applies, as decided (:meth:`Approval.decided`): it is
         written in the same transaction, or neither is (StaleRecord when it was decided meanwhile).
         """
+        self._tenant(record.tenant)  # a record read elsewhere is no way past this ledger's tenants
         to = settled_status(to)
         if not resolvable(record.status, to):
             why = "only an unknown intent is settled (a rejected one corrected to confirmed)"
