@@ -243,5 +243,7 @@ class SesFake:
         [message_id] = self.effect_ids()
         wire: dict[str, Any] = json.loads(self.proxy.sends()[-1].body)
         tags = {tag["Name"]: tag["Value"] for tag in wire["EmailTags"]}
-        result = ingest_event(ledger, sns_envelope(ses_event("Delivery", message_id=message_id, tags=tags)))
+        configuration_set = wire["ConfigurationSetName"]  # SES tags each event with the send's set
+        published = ses_event("Delivery", message_id=message_id, tags=tags, configuration_set=configuration_set)
+        result = ingest_event(ledger, sns_envelope(published))
         assert result.outcome is IngestOutcome.RECORDED, result

@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import io
 import json
+import logging
 import socket
 import threading
 import time
@@ -27,7 +28,7 @@ from hypercorn.trio import serve as hypercorn_trio_serve
 
 import ses_safe
 from safe_effects import EffectRecord, EffectStatus, EffectUnknown, Ledger
-from safe_effects.testing import Fault
+from safe_effects.testing import Fault, RecordingObserver
 from sendgrid_safe import (
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
@@ -116,6 +117,28 @@ def test_malformed_and_foreign_events_are_skipped_and_counted(
     assert (report.events, report.malformed, report.foreign, report.unmatched, report.recorded) == (7, 5, 1, 1, 0)
     _nothing_recorded(ledger, key)
     assert ledger.store.evidence_for("default", "invoice:never_sent:email:v1") == []
+
+
+def test_events_for_an_intent_the_ledger_lacks_are_counted_and_logged(
+    fake: FakeSendGrid,
+    ledger: Ledger,
+    key: str,
+    unknown_send: list[dict[str, Any]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """After a restore from a backup the record of a sent email is gone: its events are the only trace left,
+    and were dropped without one. They are still not stored, but counted and logged."""
+    seen = RecordingObserver()
+    ledger.observer = seen
+    lost = [{**event, "safe_effects_intent": "invoice:lost:email:v1"} for event in unknown_send]
+    body, headers = fake.webhook_request(lost)
+    with caplog.at_level(logging.WARNING, logger="sendgrid_safe"):
+        report = ingest_events(ledger, body, headers, public_key=fake.signer.public_key)
+    assert (report.events, report.unmatched) == (len(lost), len(lost))
+    assert seen.named("unmatched_evidence") == [{"provider": "sendgrid", "source": "sendgrid_webhook"}] * len(lost)
+    assert f"{len(lost)} SendGrid event(s) name an intent this ledger has no record of" in caplog.text
+    assert ledger.store.evidence_for("default", "invoice:lost:email:v1") == []
+    _nothing_recorded(ledger, key)
 
 
 @pytest.mark.parametrize("body", [b"{not json", b'{"event": "processed"}', b"\xff\xfe"])

@@ -19,7 +19,7 @@ from safe_effects import (
     Ledger,
     PrometheusObserver,
 )
-from safe_effects.testing import Fault
+from safe_effects.testing import Fault, RecordingObserver
 from ses_safe import INTENT_TAG, IngestOutcome, ingest_event, intent_tag, tenant_tag
 from ses_safe.testing import MotoFaultProxy, SnsSigner, intent_tags, moto_sent_messages, ses_event, sns_envelope
 
@@ -61,9 +61,13 @@ def test_malformed_and_foreign_events_are_counted_skipped_and_deleted(
     for body in bodies:
         sqs.send_message(QueueUrl=queue_url, MessageBody=body)
     poller = ses_safe.SQSEventPoller(ledger, sqs, queue_url)
+    seen = RecordingObserver()
+    ledger.observer = seen
     poller.drain()
 
     assert poller.counts == {"malformed": 5, "foreign": 1, "unmatched": 2, "recorded": 1}
+    # counted beside the poller's own tally: after a restore, a lost record's events are all that is left of it
+    assert seen.named("unmatched_evidence") == [{"provider": "ses", "source": "ses_event"}] * 2
     assert "Messages" not in sqs.receive_message(QueueUrl=queue_url)
     record = ledger.get(KEY)
     assert record.status is EffectStatus.UNKNOWN  # nothing above may confirm it
@@ -312,7 +316,7 @@ def test_a_failure_event_after_a_confirmed_send_is_kept_counted_and_logged(
     )  # fmt: skip
     answer = client.send_email(IntentKey=KEY, **v2_email)
     tags = intent_tags(intent_tag(IntentKey.parse(KEY)), tenant_tag("default"))
-    failure = ses_event("Rendering Failure", message_id=answer["MessageId"], tags=tags)
+    failure = ses_event("Rendering Failure", message_id=answer["MessageId"], tags=tags, configuration_set="cs")
 
     with caplog.at_level(logging.WARNING, logger="safe_effects"):
         assert ingest_event(watched, sns_envelope(failure)).outcome is IngestOutcome.RECORDED
@@ -324,9 +328,25 @@ def test_a_failure_event_after_a_confirmed_send_is_kept_counted_and_logged(
     assert registry.get_sample_value("safe_effects_contradicting_evidence_total", labels) == 1
     assert f"intent '{KEY}' is confirmed, but ses_event evidence" in caplog.text
     assert len(moto_sent_messages(moto)) == 1
-    delivered = ses_event("Delivery", message_id=answer["MessageId"], tags=tags)
+    delivered = ses_event("Delivery", message_id=answer["MessageId"], tags=tags, configuration_set="cs")
     assert ingest_event(watched, sns_envelope(delivered)).outcome is IngestOutcome.RECORDED
     assert registry.get_sample_value("safe_effects_contradicting_evidence_total", labels) == 1  # only refusals
+
+
+def test_an_event_from_another_configuration_set_than_the_sends_is_unmatched_and_records_nothing(
+    ledger: Ledger, unknown_send: tuple[str, dict[str, str]]
+) -> None:
+    """Another account's or tenant's sender can write our tags on its own mail: only an event published by the
+    configuration set the send went through may settle it (a forged Reject invites a second email)."""
+    message_id, tags = unknown_send
+    other_set = ses_event("Reject", message_id=message_id, tags=tags, configuration_set="acme-cs")
+    result = ingest_event(ledger, sns_envelope(other_set))
+    assert result.outcome is IngestOutcome.UNMATCHED
+    assert result.reason == "published by configuration set 'acme-cs', the send used 'safe-effects'"
+    _nothing_recorded(ledger)
+    own = ses_event("Delivery", message_id=message_id, tags=tags)  # its own set's event still settles it
+    assert ingest_event(ledger, sns_envelope(own)).outcome is IngestOutcome.RECORDED
+    assert ledger.get(KEY).status is EffectStatus.CONFIRMED
 
 
 SES_TOPIC = "arn:aws:sns:us-east-1:123456789012:ses"

@@ -34,6 +34,7 @@ _EVENTS: Mapping[str, tuple[str, tuple[str, ...]]] = {
     "compensation": ("compensations", ("tenant", "provider")),
     "contradicting_evidence": ("contradicting_evidence", ("tenant", "provider", "source", "kind")),
     "unrecorded_effect": ("unrecorded_effects", ("tenant", "provider", "source", "status")),
+    "unmatched_evidence": ("unmatched_evidence", ("provider", "source")),
     "reconcile_attempt": ("reconciler_records", ("provider", "outcome")),
     "reconciler_run": ("reconciler_runs", ()),
 }
@@ -217,6 +218,12 @@ class PrometheusObserver:
             "took, a late answer naming a second object beside the confirmed one (a possible duplicate), or two "
             "compensations of one effect",
             _EVENTS["unrecorded_effect"][1],
+        )
+        self.unmatched_evidence = counter(
+            "safe_effects_unmatched_evidence",
+            "Provider events naming an intent this ledger has no record of (another ledger's or a tenant it does "
+            "not serve; after a restore from a backup, an intent whose record was lost): not stored",
+            _EVENTS["unmatched_evidence"][1],
         )
         self.reconciler_records = counter(
             "safe_effects_reconciler_records", "Records a reconciler sweep handled, by outcome", ("provider", "outcome")

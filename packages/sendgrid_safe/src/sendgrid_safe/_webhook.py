@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections import Counter
 from collections.abc import Mapping
@@ -25,6 +26,7 @@ from . import _rules
 from ._signature import PublicKey, load_public_key, verify_signature
 
 SOURCE = "sendgrid_webhook"
+_log = logging.getLogger("sendgrid_safe")
 Fate = Literal["recorded", "duplicates", "foreign", "unmatched", "malformed"]
 
 
@@ -62,6 +64,13 @@ def ingest_events(
         raise MalformedWebhook("event webhook body holds a lone surrogate or NUL escape: not text SendGrid sends")
     now = ledger.clock()
     fates: Counter[str] = Counter(_ingest_one(ledger, event, now) for event in events)
+    if fates["unmatched"]:
+        _log.warning(
+            "%d SendGrid event(s) name an intent this ledger has no record of, not stored: another ledger's, a "
+            "tenant it does not serve, or, after a restore from a backup, an intent whose record was lost "
+            "(docs/operations.md, Backups and restores)",
+            fates["unmatched"],
+        )
     return IngestReport(events=len(events), **fates)
 
 
@@ -72,11 +81,16 @@ def _ingest_one(ledger: Ledger, event: Any, now: datetime) -> Fate:
     record = ledger.store.get(evidence.tenant, evidence.intent_key)
     if record is None or record.provider != _rules.PROVIDER:
         # never store evidence that could settle an intent of another ledger later, or another provider's intent
-        return "unmatched"
+        return _unmatched(ledger)
     try:
         return "recorded" if ledger.record_evidence(evidence) else "duplicates"
     except InvalidInput:  # a tenant this ledger does not serve
-        return "unmatched"
+        return _unmatched(ledger)
+
+
+def _unmatched(ledger: Ledger) -> Literal["unmatched"]:
+    ledger.observer.on_event("unmatched_evidence", {"provider": _rules.PROVIDER, "source": SOURCE})
+    return "unmatched"
 
 
 def parse_event(event: Any, received_at: datetime) -> Evidence | Literal["foreign", "malformed"]:

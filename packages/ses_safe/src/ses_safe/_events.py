@@ -10,6 +10,7 @@ envelope from any other topic is refused.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -30,6 +31,8 @@ from ._sns_signature import SnsSignatureInvalid, SnsSignatures
 from ._tags import INTENT_TAG, TENANT_TAG, first_tag, tenant_tag
 
 SOURCE = "ses_event"
+CONFIGURATION_SET_TAG = "ses:configuration-set"  # the tag SES adds to every event of a set's sends
+_log = logging.getLogger("ses_safe")
 # SES delivered, or tried to: it had passed its own checks and sent the message (one recipient's event speaks
 # for the whole message, which a Reject would have stopped before any of them)
 WENT_OUT = ("Delivery", "DeliveryDelay", "Bounce", "Complaint", "Open", "Click", "Subscription")
@@ -209,7 +212,22 @@ def ingest_event(
         return IngestResult(IngestOutcome.FOREIGN, kind, reason="no safe-effects tags")
     candidates = ledger.store.find_by_provider_key(PROVIDER, intent)
     record = next((r for r in candidates if tenant_tag(r.tenant) == tenant), None)
+    sent_with = record.summary.get("configuration_set") if record is not None else None
+    published_by = first_tag(tags, CONFIGURATION_SET_TAG)
+    if record is not None and sent_with is not None and published_by != sent_with:
+        # our tags, but published by another configuration set than the send's: another account's or tenant's
+        # sender can write any tags, so only the set the send went through speaks for it
+        ledger.observer.on_event("unmatched_evidence", {"provider": PROVIDER, "source": SOURCE})
+        why = f"published by configuration set {published_by!r}, the send used {sent_with!r}"
+        return IngestResult(IngestOutcome.UNMATCHED, kind, reason=why)
     if record is None:
+        ledger.observer.on_event("unmatched_evidence", {"provider": PROVIDER, "source": SOURCE})
+        _log.warning(
+            "an SES %s event names an intent this ledger has no record of (tag %r, tenant tag %r), not stored: "
+            "another ledger's, a tenant it does not serve, or, after a restore from a backup, an intent whose "
+            "record was lost (docs/operations.md, Backups and restores)",
+            kind, intent, tenant,
+        )  # fmt: skip
         return IngestResult(IngestOutcome.UNMATCHED, kind, reason=f"no intent for tag {intent!r} / {tenant!r}")
     evidence = Evidence(
         tenant=record.tenant,
