@@ -156,12 +156,10 @@ def test_a_ledger_argument_that_is_not_a_ledger_is_refused_when_the_client_is_ma
 
 
 def test_a_confirmed_create_whose_object_cannot_be_read_back_is_never_sent_again(env: Env) -> None:
-    """Written with another API key (another account's object): the repeat's GET finds nothing. The write is
-    confirmed, so the answer is unavailable; a second POST would be a second charge."""
-    first = env.client.v1.payment_intents.create(
-        params=PI,  # type: ignore[arg-type]
-        options={"idempotency_key": KEY, "api_key": "sk_test_another_account"},
-    )
+    """The repeat's GET finds nothing (the object was deleted, or the key's access to it was withdrawn). The
+    write is confirmed, so the answer is unavailable; a second POST would be a second charge."""
+    options = {"idempotency_key": KEY, "api_key": "sk_test_another_account"}
+    first = env.client.v1.payment_intents.create(params=PI, options=options)  # type: ignore[arg-type]
     env.fake.inject(
         stripe_error_fault(
             404, "invalid_request_error", f"No such payment_intent: '{first.id}'",
@@ -169,7 +167,7 @@ def test_a_confirmed_create_whose_object_cannot_be_read_back_is_never_sent_again
         )
     )  # fmt: skip
     with pytest.raises(AnswerUnavailable, match="found nothing"):
-        env.client.v1.payment_intents.create(params=PI, options={"idempotency_key": KEY})  # type: ignore[arg-type]
+        env.client.v1.payment_intents.create(params=PI, options=options)  # type: ignore[arg-type]
     assert posted_keys(env, "/v1/payment_intents") == [KEY]
     assert env.fake.effect_count("payment_intents.create") == 1
     record = env.record()

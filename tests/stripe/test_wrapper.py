@@ -120,6 +120,28 @@ def test_metadata_beyond_stripes_limits_is_refused_before_anything_is_recorded(
     assert (env.record().status, env.fake.effect_count("payment_intents.create")) == (EffectStatus.CONFIRMED, 1)
 
 
+def test_the_same_intent_key_with_another_accounts_per_call_api_key_is_a_conflict_not_a_repeat(env: Env) -> None:
+    """One client serving many Stripe accounts by a per-call api_key (the SDK's way): answered from the
+    ledger as a repeat of the first account's charge, the second account was never charged (a lost effect)."""
+    first = env.client.v1.payment_intents.create(
+        params=PI,  # type: ignore[arg-type]
+        options={"idempotency_key": KEY, "api_key": "sk_test_acme"},
+    )
+    with pytest.raises(IntentConflict, match="reached the provider"):
+        env.client.v1.payment_intents.create(
+            params=PI,  # type: ignore[arg-type]
+            options={"idempotency_key": KEY, "api_key": "sk_test_globex"},
+        )
+    again = env.client.v1.payment_intents.create(
+        params=PI,  # type: ignore[arg-type]
+        options={"idempotency_key": KEY, "api_key": "sk_test_acme"},
+    )
+    assert again.id == first.id  # the same account's repeat is still answered from the ledger
+    assert env.fake.effect_count("payment_intents.create") == 1
+    assert env.record().status is EffectStatus.CONFIRMED
+    assert "sk_test_acme" not in repr(env.ledger.store.audit_trail("default", KEY)) + repr(env.record())
+
+
 def test_missing_key_raises_before_anything_is_sent(env: Env) -> None:
     with pytest.raises(MissingIntentKey, match="idempotency_key"):
         env.client.v1.payment_intents.create(params=PI)  # type: ignore[arg-type]

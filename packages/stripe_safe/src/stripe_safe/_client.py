@@ -10,6 +10,7 @@ straight through.
 from __future__ import annotations
 
 import copy
+import hashlib
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -161,6 +162,14 @@ def _refuse_write(method: str, url: str, via: str, instead: str = _SYNC_INSTEAD)
         )
 
 
+def _key_fingerprint(options: RequestOptions | None) -> dict[str, str]:
+    """A per-call ``api_key``'s SHA-256 prefix for the digest: the same intent key sent with another account's
+    key is another action (an IntentConflict), not a repeat of the first account's (answered from the ledger,
+    so the second account would never be charged). Empty without one, so other calls digest as before."""
+    api_key = (options or {}).get("api_key")
+    return {"api_key_sha256": hashlib.sha256(api_key.encode()).hexdigest()[:16]} if api_key else {}
+
+
 def _read_options(options: RequestOptions | None, scope: Mapping[str, str]) -> RequestOptions:
     """Options for reading back what a call wrote: its account, and its own api_key and stripe_version."""
     read, given = scope_options(scope), options or {}
@@ -275,8 +284,9 @@ class _LedgerRequestor(_APIRequestor):
         scope = scope_of(options, ours)  # the account the call acts on: per call, else the client's
         request = EffectRequest(
             operation=operation,
-            # the digest covers the caller's call and its account, not our metadata (nor an api_key: a secret)
-            params={"path": path, "params": as_sent(caller), **scope},
+            # the digest covers the caller's call and its account, not our metadata; a per-call api_key (another
+            # account's, the SDK's way to serve many) by a fingerprint, never the secret itself
+            params={"path": path, "params": as_sent(caller), **scope, **_key_fingerprint(options)},
             payload=StripeCall(method, url, stamped, options or {}, base_address, usage),
             summary=summary_for(path, caller, method, scope),
         )
