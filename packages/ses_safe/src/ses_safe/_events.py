@@ -145,6 +145,12 @@ def checked_topics(expected_topic_arns: Collection[str] | None) -> frozenset[str
     return topics
 
 
+def _unmatched(ledger: Ledger, kind: str, reason: str) -> IngestResult:
+    """An event that may not speak for any intent here: counted (after a restore, a lost send's trace), not stored."""
+    ledger.observer.on_event("unmatched_evidence", {"provider": PROVIDER, "source": SOURCE})
+    return IngestResult(IngestOutcome.UNMATCHED, kind, reason=reason)
+
+
 def _type_of(event: Mapping[str, Any]) -> str | None:
     """``eventType`` (event publishing), else ``notificationType`` (an identity's notifications)."""
     kind = event.get("eventType", event.get("notificationType"))
@@ -212,23 +218,19 @@ def ingest_event(
         return IngestResult(IngestOutcome.FOREIGN, kind, reason="no safe-effects tags")
     candidates = ledger.store.find_by_provider_key(PROVIDER, intent)
     record = next((r for r in candidates if tenant_tag(r.tenant) == tenant), None)
-    sent_with = record.summary.get("configuration_set") if record is not None else None
-    published_by = first_tag(tags, CONFIGURATION_SET_TAG)
-    if record is not None and sent_with is not None and published_by != sent_with:
-        # our tags, but published by another configuration set than the send's: another account's or tenant's
-        # sender can write any tags, so only the set the send went through speaks for it
-        ledger.observer.on_event("unmatched_evidence", {"provider": PROVIDER, "source": SOURCE})
-        why = f"published by configuration set {published_by!r}, the send used {sent_with!r}"
-        return IngestResult(IngestOutcome.UNMATCHED, kind, reason=why)
     if record is None:
-        ledger.observer.on_event("unmatched_evidence", {"provider": PROVIDER, "source": SOURCE})
         _log.warning(
             "an SES %s event names an intent this ledger has no record of (tag %r, tenant tag %r), not stored: "
             "another ledger's, a tenant it does not serve, or, after a restore from a backup, an intent whose "
             "record was lost (docs/operations.md, Backups and restores)",
             kind, intent, tenant,
         )  # fmt: skip
-        return IngestResult(IngestOutcome.UNMATCHED, kind, reason=f"no intent for tag {intent!r} / {tenant!r}")
+        return _unmatched(ledger, kind, f"no intent for tag {intent!r} / {tenant!r}")
+    sent_with, published_by = record.summary.get("configuration_set"), first_tag(tags, CONFIGURATION_SET_TAG)
+    if sent_with is not None and published_by != sent_with:
+        # our tags, but published by another configuration set than the send's: another account's or tenant's
+        # sender can write any tags, so only the set the send went through speaks for it
+        return _unmatched(ledger, kind, f"published by configuration set {published_by!r}, the send used {sent_with!r}")
     evidence = Evidence(
         tenant=record.tenant,
         intent_key=record.intent_key,
