@@ -4,6 +4,7 @@ from ._adapter import LOOKUP_ERROR, EffectRequest, LookupResult, LookupStatus, O
 from ._adapter_registry import ENTRY_POINT_GROUP, RegisteredAdapters, load_adapters
 from ._approvals import Approval, ApprovalState
 from ._clock import Clock, system_clock
+from ._clock_skew import DEFAULT_MAX_CLOCK_SKEW
 from ._contract import (
     ConcurrentSameKey,
     IdempotencyContract,
@@ -16,6 +17,7 @@ from ._crash import CrashPlan, CrashPoint, SimulatedCrash
 from ._digest import bytes_digest, canonical_json, request_digest
 from ._errors import (
     ApprovalError,
+    ClockSkewed,
     EffectDeferred,
     EffectInProgress,
     EffectOutcome,
@@ -113,6 +115,7 @@ __all__ = [
     "LOOKUP_ERROR",
     "Clock",
     "system_clock",
+    "DEFAULT_MAX_CLOCK_SKEW",
     # operations: reconciler, operator actions, two-person rule, metrics, purge
     "Reconciler",
     "ReconcileReport",
@@ -148,6 +151,7 @@ __all__ = [
     "EffectInProgress",
     "LeaseLost",
     "LedgerUnavailable",
+    "ClockSkewed",
     "LedgerClosed",
     "StoreNotReady",
     "MigrationsPending",

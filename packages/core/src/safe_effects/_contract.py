@@ -87,10 +87,13 @@ class ProviderContract(_Frozen, frozen=True):
     ) -> bool:
         """True when resending with the same key is certain to be deduped by the provider: inside the window
         counted from the first send, and unless the provider said another request holds the key
-        (``last_error_code`` in ``idempotency.mismatch_codes``), whose window nobody here can count."""
+        (``last_error_code`` in ``idempotency.mismatch_codes``), whose window nobody here can count. A first
+        send later than ``now`` says this clock is behind the sender's, by an unknown amount: no replay."""
         if last_error_code is not None and last_error_code in self.idempotency.mismatch_codes:
             return False
-        deadline = None if first_dispatched_at is None else self.replay_deadline(first_dispatched_at)
+        if first_dispatched_at is None or first_dispatched_at > now:  # a send "in the future": clocks disagree
+            return False
+        deadline = self.replay_deadline(first_dispatched_at)
         return deadline is not None and now < deadline
 
     def may_reopen_when_absent(

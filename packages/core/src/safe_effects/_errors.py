@@ -11,6 +11,7 @@
     ├── IllegalTransition             a state change the state machine forbids
     ├── StaleRecord                   the record moved on since it was read (conditional update lost)
     ├── LedgerUnavailable             the ledger's database did not answer (or refuses writes for now)
+    │   └── ClockSkewed               this worker's clock disagrees with the database's: nothing written
     ├── LedgerClosed                  the ledger (or its store) was closed: open a new one
     ├── IntentNotFound                no record for (tenant, intent key)
     ├── EffectOutcome                 the caller's answer when an effect did not simply succeed
@@ -185,6 +186,22 @@ class LedgerUnavailable(SafeEffectsError):
     """
 
     code = "ledger_unavailable"
+
+
+class ClockSkewed(LedgerUnavailable):
+    """This worker's clock is further from the ledger database's than ``Ledger(max_clock_skew=...)`` allows.
+
+    Leases, key replay windows and event windows compare timestamps that different processes wrote, each by
+    its own clock: a clock that is off lets a worker take over a live call or replay a key its provider has
+    forgotten. So the ledger refuses the call before it writes or sends anything, until the clock is right
+    again (fix the host's time sync). ``offset`` is the measured difference in seconds (worker minus database).
+    """
+
+    code = "clock_skewed"
+
+    def __init__(self, message: str, *, offset: float) -> None:
+        super().__init__(message)
+        self.offset = offset
 
 
 class LedgerClosed(SafeEffectsError, RuntimeError):

@@ -12,7 +12,7 @@ from collections.abc import Callable, Collection, Mapping
 from datetime import datetime, timedelta
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Any, TypedDict, TypeVar, Unpack
+from typing import Any, Literal, TypedDict, TypeVar, Unpack
 
 from pydantic import ValidationError
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
@@ -29,6 +29,7 @@ from ._adapter import (
 )
 from ._approvals import Approval
 from ._clock import Clock, system_clock
+from ._clock_skew import DEFAULT_MAX_CLOCK_SKEW, ClockSkewGuard
 from ._contract import ConcurrentSameKey, ProviderContract
 from ._crash import NO_CRASH, CrashPlan, CrashPoint
 from ._digest import check_plain_json, request_digest
@@ -168,6 +169,15 @@ def _resolution_by(method: str) -> Resolution:
     return Resolution(method=method)
 
 
+def _max_clock_skew(given: object, clock: Clock) -> timedelta | None:
+    """``Ledger(max_clock_skew=...)`` checked and resolved: ``"auto"`` checks the system clock only."""
+    if given == "auto":
+        return DEFAULT_MAX_CLOCK_SKEW if clock is system_clock else None
+    if given is None or (isinstance(given, timedelta) and given > timedelta(0)):
+        return given
+    raise InvalidInput(f"max_clock_skew must be a positive timedelta, None or 'auto', got {given!r}")
+
+
 def _default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
@@ -183,6 +193,7 @@ class LedgerOptions(TypedDict, total=False):
     crash_plan: CrashPlan
     observer: Observer | None
     sleep: Callable[[float], None]
+    max_clock_skew: timedelta | Literal["auto"] | None
 
 
 class Ledger:
@@ -200,11 +211,18 @@ class Ledger:
         crash_plan: CrashPlan = NO_CRASH,
         observer: Observer | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        max_clock_skew: timedelta | Literal["auto"] | None = "auto",
     ) -> None:
         """On a store that lacks migrations this release needs: :class:`MigrationsPending` (``Ledger.open``,
-        ``store.migrate()`` and ``safe-effects migrate`` apply them)."""
+        ``store.migrate()`` and ``safe-effects migrate`` apply them).
+
+        ``max_clock_skew``: how far this worker's clock may be from the database server's before every call that
+        writes is refused (:class:`ClockSkewed`); ``"auto"`` is 30 s with the system clock and no check with an
+        injected ``clock`` (a test's time travel); None turns it off. SQLite has no clock of its own to compare.
+        """
         self.store = store
         self.clock = clock
+        self._clock_guard = ClockSkewGuard(store, clock, _max_clock_skew(max_clock_skew, clock))
         if worker_id is not None and not isinstance(worker_id, str):
             raise InvalidInput(f"worker_id must be a str, got {type(worker_id).__name__}")
         # it is every claim's lease owner: a NUL in it would fail each claim inside PostgreSQL's INSERT
@@ -228,6 +246,7 @@ class Ledger:
         # it lacks, as a raw driver error (Ledger.open migrates first)
         if pending := store.pending_migrations():
             raise MigrationsPending(pending)
+        self._clock_guard.measure()
 
     @classmethod
     def open(cls, url: str = "sqlite:///safe-effects.sqlite3", **options: Unpack[LedgerOptions]) -> Ledger:
@@ -286,6 +305,7 @@ class Ledger:
         compensates: IntentKey | None = None,
     ) -> Receipt[R]:
         """Perform ``request`` once for ``intent_key``: a receipt, or a typed outcome error, never a guess."""
+        self._clock_guard.check()
         tag = self._unsent.tag()
         fresh = self._new_record(
             adapter,
@@ -334,6 +354,7 @@ class Ledger:
         """Record the intent as ``prepared``; with ``connection``, inside the caller's own open transaction on the
         ledger's own database (psycopg 3 or sqlite3), committed or rolled back with it. Nothing sends a prepared
         intent but a later :meth:`execute` of the same request, after that commit."""
+        self._clock_guard.check()
         fresh = self._new_record(
             adapter,
             request,
@@ -370,6 +391,7 @@ class Ledger:
     ) -> tuple[EffectRecord, LookupResult | None]:
         """:meth:`reconcile`, and the lookup it made (None without one): the reconciler counts a failed lookup
         as an error, where a lookup that found nothing yet is not one."""
+        self._clock_guard.check()
         record = self.get(intent_key, tenant=tenant)
         if adapter.provider != record.provider:
             raise InvalidInput(
@@ -436,6 +458,7 @@ class Ledger:
         written in the same transaction, or neither is (StaleRecord when it was decided meanwhile).
         """
         self._tenant(record.tenant)  # a record read elsewhere is no way past this ledger's tenants
+        self._clock_guard.check()
         to = settled_status(to)
         if not resolvable(record.status, to):
             why = "only an unknown intent is settled (a rejected one corrected to confirmed)"
@@ -479,6 +502,7 @@ class Ledger:
         check_plain_json(evidence.detail, f"the detail of evidence {evidence.event_id!r}")
         if holds_unstorable_text(evidence.model_dump(mode="json")):
             raise InvalidInput(f"evidence {evidence.event_id!r} holds a lone surrogate or NUL, which no store holds")
+        self._clock_guard.check()  # its received_at is this worker's clock, which rejection windows compare
         if not self.store.add_evidence(evidence):
             return False
         record = self.store.get(evidence.tenant, evidence.intent_key)
@@ -609,14 +633,17 @@ class Ledger:
             not contract.redispatch_when_proven_absent
         ):
             return  # a resend while the first is live is refused by the provider, or never made
-        if self.lease.duration > contract.normal_response_window:
+        # two workers each within max_skew of the database may be twice that apart: one judges the other's lease
+        skew = 2 * (self._clock_guard.max_skew or timedelta(0))
+        if self.lease.duration > contract.normal_response_window + skew:
             return
+        allowing = f" plus twice the allowed clock skew ({skew.total_seconds():g} s)" if skew else ""
         raise InvalidInput(
             f"the lease ({self.lease.duration.total_seconds():g} s) must outlast {contract.provider}'s normal "
-            f"response window ({contract.normal_response_window.total_seconds():g} s): without keys that refuse a "
-            "resend while the first call is in progress, and with lookups whose 'absent' sends the intent again, a "
-            "call still waiting for its answer would be taken over and sent twice; give the Ledger a longer "
-            "LeasePolicy(duration=...)"
+            f"response window ({contract.normal_response_window.total_seconds():g} s){allowing}: without keys that "
+            "refuse a resend while the first call is in progress, and with lookups whose 'absent' sends the intent "
+            "again, a call still waiting for its answer would be taken over and sent twice; give the Ledger a "
+            "longer LeasePolicy(duration=...)"
         )
 
     def _refuse_unsendable(self, adapter: ProviderAdapter[Any], request: EffectRequest, fresh: EffectRecord) -> None:

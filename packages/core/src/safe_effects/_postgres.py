@@ -657,6 +657,15 @@ class PostgresStore:
             applied = self._applied_versions(conn) or set()
         return [version for version in self._migrations if version not in applied]
 
+    def database_time(self) -> datetime:
+        """The server's clock now (``clock_timestamp()``, not the transaction's start): what the clocks of the
+        workers on other hosts are held to."""
+        with self._checkout() as conn:
+            row = conn.execute("SELECT clock_timestamp()").fetchone()
+        assert row is not None, "SELECT without FROM returns one row"
+        moment: datetime = row[0]
+        return moment
+
     def schema_exists(self) -> bool:
         """Whether the store's schema exists: a mistyped ``?schema=`` names none (``migrate`` would create it)."""
         with self._checkout() as conn:

@@ -299,6 +299,9 @@ class SQLiteStore:
                 done.append(migration.version)
         return done
 
+    def database_time(self) -> None:
+        """None: the file's every writer runs on this host, under this host's one clock."""
+
     def pending_migrations(self) -> list[int]:
         applied = self._applied_versions(self._conn()) or set()
         return [m.version for m in MIGRATIONS if m.version not in applied]

@@ -40,6 +40,11 @@ class Store(Protocol):
 
     def close(self) -> None: ...
 
+    def database_time(self) -> datetime | None:
+        """The database server's clock now, which workers on several hosts must agree with (see
+        :class:`ClockSkewed`); None for a store whose writers all share one host's clock."""
+        ...
+
     def insert_if_absent(self, record: EffectRecord, *, connection: Any = None) -> tuple[EffectRecord, bool]:
         """Insert ``record`` unless (tenant, intent_key) exists; its ``created_at`` and ``updated_by`` say who
         made it and when (no audit row).
