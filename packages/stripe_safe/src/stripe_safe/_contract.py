@@ -43,7 +43,9 @@ MAX_METADATA_KEY_NAME = 40
 
 # Resources the Search API covers (docs.stripe.com/search#supported-query-fields-for-each-resource).
 SEARCHABLE = frozenset({"payment_intents", "charges", "customers", "invoices", "prices", "products", "subscriptions"})
-# Creates whose params accept ``metadata``: the wrapper stamps the intent there so a lookup works after 24 h.
+# Creates whose params accept ``metadata``: the wrapper stamps the intent there, which a search reads after 24 h
+# where the resource is searchable (refunds: a list); transfers, payouts and setup intents have no lookup here
+# yet, and carry the stamp for an operator (docs/providers/stripe.md lists which writes a lookup settles).
 STAMPED_CREATES = frozenset(
     {f"{resource}.create" for resource in (*SEARCHABLE, "refunds", "setup_intents", "transfers", "payouts")}
 )
