@@ -23,6 +23,8 @@ from safe_effects import (
     EffectRecord,
     EffectRequest,
     EffectUnknown,
+    Evidence,
+    EvidenceVerdict,
     InvalidInput,
     LeasePolicy,
     Ledger,
@@ -255,6 +257,38 @@ def test_a_deferred_record_a_lost_worker_left_in_flight_is_taken_over_without_a_
     assert len(ops.fake.effects()) == 2  # both sent once by the lost workers; nothing sent again
 
 
+def test_evidence_on_file_settles_without_waiting_for_a_lookup_token(ops: Ops) -> None:
+    """A SendGrid-like provider allows 6 lookups a minute, one at a time: unknowns whose acceptance events are
+    on file, their rejection window passed, need no lookup, so one sweep settles them all (a helper saw one
+    settled per sweep, the rest deferred behind the rate limit)."""
+    clock = FakeClock(datetime.now(UTC))
+    ledger = Ledger(ops.ledger.store, clock=clock, retry=RetryPolicy(initial_wait=0.0, max_wait=0.05))
+    keys = [f"invoice:ev{n}:collect:v1" for n in range(5)]
+    for n, key in enumerate(keys):
+        ops.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
+        with pytest.raises(EffectUnknown):
+            ledger.execute(ops.adapter, EffectRequest(operation="charge", params={"n": n}), intent_key=key)
+        accepted = Evidence(
+            tenant="default",
+            intent_key=key,
+            provider="fake",
+            source="events",
+            event_id=f"processed-{n}",
+            kind="processed",
+            verdict=EvidenceVerdict.ACCEPTS,
+            provider_result_id=f"fx_{n + 1}",
+            received_at=clock(),
+        )
+        assert ledger.record_evidence(accepted)
+    stuck = ops.unknown("invoice:stuck:collect:v1", happened=False).intent_key  # needs a lookup
+    clock.advance(timedelta(minutes=16))  # past the 15-minute rejection window
+    report = Reconciler(ledger, {"fake": paced(ops.adapter)}).run_once()
+    outcomes = {i.intent_key: (i.outcome, i.method) for i in report.items}
+    assert outcomes == {**dict.fromkeys(keys, ("confirmed", "evidence:events")), stuck: ("unknown", None)}
+    assert [ledger.get(key).provider_result_id for key in keys] == [f"fx_{n + 1}" for n in range(5)]
+    assert len(ops.fake.effects()) == 5  # each sent once; nothing sent again
+
+
 def test_a_deferred_record_another_process_moved_first_still_keeps_the_cursor_before_the_rest(ops: Ops) -> None:
     """The provider's first deferred record was an abandoned in-flight one that a job's retry took over during
     the sweep: moving its lease fails (contended), and the records deferred after it must not be passed over."""
@@ -274,10 +308,12 @@ def test_a_deferred_record_another_process_moved_first_still_keeps_the_cursor_be
             ledger.execute(ops.adapter, request, intent_key=key)
     clock.advance(timedelta(hours=1))  # r1's lease ran out
 
+    job = Ledger(ops.ledger.store, clock=clock)  # another worker than the reconciler's
+
     class JobRetriesDuringTheSweep(Reconciler):
         def candidates(self, limit: int) -> list[EffectRecord]:
             chosen = Reconciler.candidates(self, limit)
-            ledger.execute(ops.adapter, EffectRequest(operation="charge", params={"n": 1}), intent_key=keys[1])
+            job.execute(ops.adapter, EffectRequest(operation="charge", params={"n": 1}), intent_key=keys[1])
             return chosen
 
     slow = paced(ops.adapter)

@@ -387,10 +387,16 @@ class Ledger:
 
     @counted
     def _reconcile(
-        self, adapter: ProviderAdapter[Any], *, intent_key: IntentKey | str, tenant: str
+        self,
+        adapter: ProviderAdapter[Any],
+        *,
+        intent_key: IntentKey | str,
+        tenant: str,
+        before_lookup: Callable[[], None] | None = None,
     ) -> tuple[EffectRecord, LookupResult | None]:
         """:meth:`reconcile`, and the lookup it made (None without one): the reconciler counts a failed lookup
-        as an error, where a lookup that found nothing yet is not one."""
+        as an error, where a lookup that found nothing yet is not one. ``before_lookup`` runs only when a lookup
+        is about to: the reconciler's pacing, which evidence already on file does not wait for."""
         self._clock_guard.check()
         record = self.get(intent_key, tenant=tenant)
         if adapter.provider != record.provider:
@@ -404,6 +410,8 @@ class Ledger:
         contract = adapter.contract_for(record.operation)
         if (settled := self._settle_by_evidence(record, contract)) is not None:
             return settled, None
+        if before_lookup is not None:
+            before_lookup()
         settled, found = self._settle_by_lookup(adapter, record)
         return settled or self.get(intent_key, tenant=tenant), found
 

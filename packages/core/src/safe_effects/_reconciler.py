@@ -27,6 +27,12 @@ from ._rows import MAX_CURSOR_NAME, check_cursor_name
 from ._states import TERMINAL, EffectStatus
 
 S = EffectStatus
+
+
+class _LookupDeferred(Exception):
+    """The reconciler's pacing stopped a lookup: the record waits for the next run."""
+
+
 _ABANDONED_PER_SWEEP = 1000  # in-flight records a sweep reads per provider to take over (the oldest first)
 _PROVIDER_PART = 64  # characters of a provider's name in its stored cursor's name (a longer one is hashed)
 MAX_CURSOR_PREFIX = MAX_CURSOR_NAME - _PROVIDER_PART - 1  # room for "/" and the provider part
@@ -208,11 +214,15 @@ class Reconciler:
             adapter = self.adapters.get(record.provider)
             if adapter is None:
                 return item("skipped", note=f"no adapter for provider {record.provider!r}")
-            if record.provider in deferred or not self._paced(adapter, record):
-                deferred.add(record.provider)
-                self.ledger._expire_lease(record)  # needs no lookup: a lost worker's intent shows as unknown now
-                return item("deferred", note="provider lookup rate limit reached; next run")
-            after, looked_up = self.ledger._reconcile(adapter, intent_key=record.intent_key, tenant=record.tenant)
+            # a lost worker's lease expires and evidence on file settles without a lookup, so neither is paced
+            after, looked_up = self.ledger._reconcile(
+                adapter,
+                intent_key=record.intent_key,
+                tenant=record.tenant,
+                before_lookup=lambda: self._pace(adapter, record, deferred),
+            )
+        except _LookupDeferred:
+            return item("deferred", note="provider lookup rate limit reached; next run")
         except StaleRecord:
             return item("contended", note="another process moved it first")
         except Exception as error:  # one broken record or adapter must not stop the sweep
@@ -224,6 +234,12 @@ class Reconciler:
             why = looked_up.detail.get("error", "no detail")
             return item("error", f"lookup:{LOOKUP_ERROR}", f"the lookup failed ({why}); stays unknown")
         return item("unknown", note="inconclusive: stays unknown for the next run or an operator")
+
+    def _pace(self, adapter: ProviderAdapter[Any], record: EffectRecord, deferred: set[str]) -> None:
+        """Wait for a lookup token; none in time defers this provider's lookups to the next run."""
+        if record.provider in deferred or not self._paced(adapter, record):
+            deferred.add(record.provider)
+            raise _LookupDeferred
 
     def _paced(self, adapter: ProviderAdapter[Any], record: EffectRecord) -> bool:
         """Take a lookup token for the provider, sleeping up to ``max_wait``; False when it would take longer."""
