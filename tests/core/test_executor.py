@@ -794,6 +794,54 @@ def test_evidence_settles_an_unknown_and_rejection_wins(store_url: str, tmp_path
     assert record.resolution.evidence == "events:e2"
 
 
+@dataclass
+class WebhookDuringTheCall(GenericFakeAdapter):
+    """The provider's event reaches the ledger (a webhook) while the worker still waits for the answer."""
+
+    ledger: Ledger | None = None
+    event: Evidence | None = None
+
+    def dispatch(self, request: EffectRequest, provider_key: str) -> str:
+        try:
+            return GenericFakeAdapter.dispatch(self, request, provider_key)
+        finally:
+            assert self.ledger is not None
+            assert self.event is not None
+            assert self.ledger.get(KEY).status is EffectStatus.IN_FLIGHT  # decides nothing yet
+            assert self.ledger.record_evidence(self.event)
+
+
+@pytest.mark.parametrize(
+    ("verdict", "failure", "effects"),
+    [
+        (EvidenceVerdict.CONFIRMS, FakeFailure.LOST_AFTER_COMMIT, 1),
+        (EvidenceVerdict.REJECTS, FakeFailure.LOST_BEFORE_COMMIT, 0),
+    ],
+)
+def test_an_event_that_came_while_the_call_was_in_flight_settles_it_when_the_answer_is_lost(
+    store_url: str, tmp_path: Path, verdict: EvidenceVerdict, failure: FakeFailure, effects: int
+) -> None:
+    """A helper saw a SendGrid 'delivered' event posted while the send was in flight, then the 202 lost: the
+    caller heard EffectUnknown with the proof on file, and only a retry or the reconciler settled it."""
+    env = make_env(store_url, tmp_path, dedupe=False, lookups=False)
+    adapter = WebhookDuringTheCall(env.fake, env.adapter.contract, lookups_enabled=False)
+    adapter.ledger, adapter.event = env.ledger, _event(env, "d1", verdict)
+    env.fake.fail_next(failure)
+    if verdict is EvidenceVerdict.CONFIRMS:
+        receipt = env.ledger.execute(adapter, CHARGE, intent_key=KEY)
+        assert (receipt.response, receipt.from_ledger) == (None, False)  # sent; its answer is the event's
+        assert receipt.record == env.record()
+    else:
+        with pytest.raises(EffectRejected, match="rejected by fake, as its event events:d1 says"):
+            env.ledger.execute(adapter, CHARGE, intent_key=KEY)
+    record = env.record()
+    expected = EffectStatus.CONFIRMED if verdict is EvidenceVerdict.CONFIRMS else EffectStatus.REJECTED
+    assert (record.status, record.provider_result_id) == (expected, "fx_1")
+    assert record.resolution is not None
+    assert (record.resolution.method, record.resolution.evidence) == ("evidence:events", "events:d1")
+    assert len(env.fake.effects()) == effects
+
+
 def test_acceptances_of_an_unknown_intent_are_not_read_again_for_every_new_one(
     store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

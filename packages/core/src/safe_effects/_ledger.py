@@ -904,6 +904,10 @@ class Ledger:
                 rejected = self._finish(record, S.REJECTED, verdict, method=method)
                 raise self._rejected(rejected, settled.error) from settled.error
             unknown = self._finish(record, S.UNKNOWN, verdict)
+            if (decided := self._decided_meanwhile(unknown, contract)) is not None:
+                if decided.status is S.REJECTED:
+                    raise self._rejected(decided, None) from settled.error
+                return Receipt(record=decided)  # sent, its answer lost: an event told what it did
             raise EffectUnknown(
                 f"intent {record.intent_key!r}: {verdict.error_class} after the request may have reached "
                 f"{record.provider}; it is recorded unknown and will be reconciled, not resent blindly",
@@ -947,6 +951,17 @@ class Ledger:
             before_commit=self._receipt_crash_hook(),
         )
         return Receipt(record=confirmed, response=response)
+
+    def _decided_meanwhile(self, unknown: EffectRecord, contract: ProviderContract) -> EffectRecord | None:
+        """``unknown`` settled by provider events that arrived while its call was in flight (a webhook can beat
+        the answer, which was then lost), or None: evidence recorded during a call decides nothing yet, and
+        without this the caller would hear "unknown" with the answer on file."""
+        if unknown.status is not S.UNKNOWN:
+            return None
+        try:
+            return self._settle_by_evidence(unknown, contract)
+        except (StaleRecord, LedgerUnavailable):  # moved on meanwhile, or not now: the next call reconciles
+            return None
 
     def _last_write(self, record: EffectRecord, to: EffectStatus, reason: str, error_class: str) -> bool:
         """Release ``record`` to ``to`` as a stopping call's last act: one write, no retries (the process may be
@@ -1428,6 +1443,8 @@ class Ledger:
             why = f"the {record.provider} adapter before sending: {error}"
         elif settled_by is not None and settled_by.operator is not None:
             why = f"operator {settled_by.operator} ({settled_by.reason or 'no reason given'})"
+        elif settled_by is not None and settled_by.method.startswith("evidence:"):  # not the error it ended with
+            why = f"{record.provider}, as its event {settled_by.evidence} says"
         else:
             why = f"{record.provider} ({record.last_error_class or 'rejected'}: {record.last_error_code or 'no code'})"
         return EffectRejected(
