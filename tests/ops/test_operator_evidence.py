@@ -68,6 +68,37 @@ def test_a_resolution_the_providers_evidence_contradicts_is_refused(
     assert ops.ledger.get(KEY) == record
 
 
+@pytest.mark.parametrize("verdict", [V.CONFIRMS, V.ACCEPTS])
+def test_a_confirmation_naming_another_object_than_the_providers_event_is_refused(
+    ops: Ops, verdict: EvidenceVerdict
+) -> None:
+    """A helper confirmed an SES send with --provider-id WRONG-ID while its own Send event named the message:
+    `show` then gave the wrong id, next to the event's. Both the direct resolution and an approval are held."""
+    record = ops.unknown(KEY, amount=500)  # over the threshold below: a resolution of it waits for approval
+    evidence(ops, verdict)  # names fx_1
+    wrong = ("resolve", KEY, "--as", "confirmed", "--operator", "carol", "--reason", "console", "--expect-version")
+    refused = ops.cli(*wrong, str(record.version), "--provider-id", "fx_9", "--evidence", "dashboard")
+    assert refused.exit_code == 1
+    assert f"cannot be confirmed as 'fx_9': fake_webhook event 'evt_{verdict}_fake' ({verdict}) names 'fx_1'" in (
+        refused.stderr
+    )
+    assert ops.ledger.get(KEY) == record
+    big = {"SAFE_EFFECTS_APPROVAL_THRESHOLDS": "usd=1"}
+    asked = ops.cli(*wrong, str(record.version), "--provider-id", "fx_9", "--evidence", "dashboard", env=big)
+    assert asked.exit_code == 1  # refused before any approval is asked for
+    assert ops.cli_json("show", KEY)["approvals"] == []
+    assert resolve(ops, "confirmed", record.version).exit_code == 0  # type: ignore[attr-defined]
+    assert (ops.ledger.get(KEY).status, ops.ledger.get(KEY).provider_result_id) == ("confirmed", "fx_1")
+    decided = ops.ledger.store.audit_trail("default", KEY)[-1].detail  # what was decided, on the trail itself
+    assert {name: decided.get(name) for name in ("method", "evidence", "provider_result_id", "operator")} == {
+        "method": "operator",
+        "evidence": "dashboard:fx_1",
+        "provider_result_id": "fx_1",
+        "operator": "carol",
+    }
+    assert len(ops.fake.effects()) == 1
+
+
 def test_another_providers_event_does_not_block_a_resolution(ops: Ops) -> None:
     record = ops.unknown(KEY, happened=False)
     evidence(ops, V.CONFIRMS, provider="elsewhere")

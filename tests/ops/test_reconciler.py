@@ -286,6 +286,11 @@ def test_evidence_on_file_settles_without_waiting_for_a_lookup_token(ops: Ops) -
     outcomes = {i.intent_key: (i.outcome, i.method) for i in report.items}
     assert outcomes == {**dict.fromkeys(keys, ("confirmed", "evidence:events")), stuck: ("unknown", None)}
     assert [ledger.get(key).provider_result_id for key in keys] == [f"fx_{n + 1}" for n in range(5)]
+    assert ledger.store.audit_trail("default", keys[0])[-1].detail == {
+        "method": "evidence:events",
+        "evidence": "events:processed-0",
+        "provider_result_id": "fx_1",
+    }
     assert len(ops.fake.effects()) == 5  # each sent once; nothing sent again
 
 

@@ -461,7 +461,9 @@ class Ledger:
         """Move an unknown record to confirmed or rejected, conditional on the state the caller saw; or correct a
         rejected one to confirmed, when its own provider's evidence on record says it acted.
 
-        ``detail`` lands in the audit row (operator, approver, evidence reference) next to the reason.
+        ``detail`` lands in the audit row (operator, approver) next to the reason, after what was decided: the
+        resolution's method and evidence reference and the provider's id, so the trail says it on its own (the
+        record's resolution is overwritten by a later change, and the record itself purged).
         ``approval`` is the pending approval this applies, as decided (:meth:`Approval.decided`): it is
         written in the same transaction, or neither is (StaleRecord when it was decided meanwhile).
         """
@@ -481,6 +483,9 @@ class Ledger:
         check_plain_json(resolution.model_dump(exclude_none=True), "the resolution")
         if detail is not None:
             check_plain_json(detail, "the audit detail")
+        decided = {"method": resolution.method, "evidence": resolution.evidence}
+        decided["provider_result_id"] = provider_result_id
+        detail = {**{name: value for name, value in decided.items() if value is not None}, **(detail or {})}
         now = self.clock()
         changes: dict[str, Any] = {"resolved_at": now, "resolution": resolution, **_NO_LEASE}
         if provider_result_id is not None:

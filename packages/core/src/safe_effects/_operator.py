@@ -23,6 +23,7 @@ from ._thresholds import ApprovalThresholds
 
 S = EffectStatus
 OPERATOR_METHOD = "operator"
+_TOOK = frozenset({EvidenceVerdict.CONFIRMS, EvidenceVerdict.ACCEPTS})  # events that name the object made
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +109,7 @@ class Operator:
             provider_result_id = _optional(provider_result_id, "the provider's id (--provider-id)")
             evidence = _optional(evidence, "the evidence reference (--evidence)")
         record = self._current(intent_key, tenant, expect_version, to)
-        self._check_evidence(record, to)
+        self._check_evidence(record, to, provider_result_id)
         why = self.thresholds.requires_approval(record.summary)
         if why is None:
             self._check_nothing_pending(record)
@@ -170,7 +171,8 @@ class Operator:
                 f"v{approval.expected_version}, now {record.status} v{record.version}{again}); the request is "
                 "closed as stale: look again and resolve anew if still needed"
             )
-        self._check_evidence(record, approval.to_status)  # evidence may have arrived since it was asked
+        # evidence may have arrived since it was asked
+        self._check_evidence(record, approval.to_status, approval.provider_result_id)
         decided = approval.decided(ApprovalState.APPLIED, by=operator, reason=reason, at=self.ledger.clock())
         resolution = Resolution(
             method=OPERATOR_METHOD,
@@ -293,16 +295,19 @@ class Operator:
             )
         return record
 
-    def _check_evidence(self, record: EffectRecord, to: EffectStatus) -> None:
+    def _check_evidence(self, record: EffectRecord, to: EffectStatus, provider_result_id: str | None) -> None:
         """Refuse a resolution the provider's own evidence contradicts: a rejection when an event says the
         provider took or did it (a webhook that came while the call was in flight, an SES ``Send`` still in its
-        rejection window), a confirmation when an event says it refused. Rejecting a sent effect invites a
-        second one under a new key; confirming a refused one hides that nothing happened."""
+        rejection window), a confirmation when an event says it refused, or one naming another object than
+        the events do. Rejecting a sent effect invites a second one under a new key; confirming a refused one
+        hides that nothing happened; a wrong id sends the next reader (a refund, a dispute) to another object."""
         # another provider's event decides nothing, nor a purged record's, nor a late refusal of an attempt sent
         # again since
         # refusing, not deciding: an event stamped by a clock behind the record's creator still counts here
         own = [e for e in self.ledger._own_evidence(record, allowance=CLOCK_SKEW) if answers_latest(e, record)]
         verdicts = {e.verdict for e in own}
+        if to is S.CONFIRMED and provider_result_id is not None:
+            self._check_named_id(record, own, provider_result_id)
         if to is S.REJECTED and EvidenceVerdict.REJECTS not in verdicts:
             against = _first(own, EvidenceVerdict.CONFIRMS, EvidenceVerdict.ACCEPTS)
         elif to is S.CONFIRMED and EvidenceVerdict.CONFIRMS not in verdicts:
@@ -314,6 +319,17 @@ class Operator:
                 f"intent {record.intent_key!r} cannot be resolved as {to}: {against.source} event {against.event_id!r} "
                 f"({against.kind}) says the provider {against.verdict}; run `reconcile`, which settles by evidence "
                 "(an acceptance once its rejection window has passed), or check at the provider"
+            )
+
+    @staticmethod
+    def _check_named_id(record: EffectRecord, own: list[Evidence], provider_result_id: str) -> None:
+        took = [e for e in own if e.verdict in _TOOK and e.provider_result_id]
+        if took and provider_result_id not in {e.provider_result_id for e in took}:
+            event = took[0]
+            raise InvalidInput(
+                f"intent {record.intent_key!r} cannot be confirmed as {provider_result_id!r}: {event.source} event "
+                f"{event.event_id!r} ({event.kind}) names {event.provider_result_id!r}; check --provider-id (`show` "
+                "lists the evidence)"
             )
 
     def _pending(self, intent_key: IntentKey | str, tenant: str) -> Approval:
