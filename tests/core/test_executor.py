@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -153,13 +154,18 @@ def test_happy_path_then_answer_from_ledger(env: Env) -> None:
     assert env.ledger.store.audit_trail("default", KEY) == []
 
 
-def test_same_key_other_params_is_refused_before_sending(env: Env) -> None:
+def test_same_key_other_params_is_refused_before_sending(env: Env, caplog: pytest.LogCaptureFixture) -> None:
     env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
     before = env.record()
     other = EffectRequest(operation="charge", params={"amount": 9999, "currency": "eur"})
 
-    with pytest.raises(IntentConflict, match="was recorded for fake charge, confirmed with") as conflict:
+    with (
+        caplog.at_level(logging.WARNING, logger="safe_effects"),
+        pytest.raises(IntentConflict, match="was recorded for fake charge, confirmed with") as conflict,
+    ):
         env.ledger.execute(env.adapter, other, intent_key=KEY)
+    assert [r.getMessage() for r in caplog.records] == [str(conflict.value)]  # the worker's log names the key
+    assert KEY in caplog.text
 
     assert "give a new or corrected action a new key, e.g. 'invoice:inv_42:collect:v2'. " in str(conflict.value)
     assert "But the recorded request reached the provider: if this call retries" in str(conflict.value)

@@ -1429,7 +1429,7 @@ class Ledger:
             next_key = None
             with contextlib.suppress(InvalidIntentKey):  # a key at the length limit has no room for a digit more
                 next_key = record.intent_key.next_version()
-            raise IntentConflict(
+            conflict = IntentConflict(
                 record.tenant,
                 record.intent_key,
                 record.request_digest,
@@ -1438,6 +1438,8 @@ class Ledger:
                 next_key=next_key,
                 reached_provider=_REACHED_PROVIDER.get(record.status),
             )
+            _log.warning("%s", conflict)  # a caller's bug: the runbook sends the operator to this line for the key
+            raise conflict
 
     @staticmethod
     def _rejected(record: EffectRecord, error: BaseException | None) -> EffectRejected:

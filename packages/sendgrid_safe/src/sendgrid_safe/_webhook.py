@@ -63,33 +63,40 @@ def ingest_events(
     if holds_unstorable_text(events):
         raise MalformedWebhook("event webhook body holds a lone surrogate or NUL escape: not text SendGrid sends")
     now = ledger.clock()
-    fates: Counter[str] = Counter(_ingest_one(ledger, event, now) for event in events)
+    unmatched: dict[str, None] = {}  # tenant/intent named by events with no record here, in order, once each
+    fates: Counter[str] = Counter(_ingest_one(ledger, event, now, unmatched) for event in events)
     if fates["unmatched"]:
+        named = list(unmatched)
         _log.warning(
-            "%d SendGrid event(s) name an intent this ledger has no record of, not stored: another ledger's, a "
-            "tenant it does not serve, or, after a restore from a backup, an intent whose record was lost "
-            "(docs/operations.md, Backups and restores)",
-            fates["unmatched"],
-        )
+            "%d SendGrid event(s) name intents this ledger has no record of (%s%s), not stored: another "
+            "ledger's, a tenant it does not serve, or, after a restore from a backup, intents whose records were "
+            "lost (docs/operations.md, Backups and restores)",
+            fates["unmatched"], ", ".join(named[:_NAMED_IN_LOG]),
+            f" and {len(named) - _NAMED_IN_LOG} more" if len(named) > _NAMED_IN_LOG else "",
+        )  # fmt: skip
     return IngestReport(events=len(events), **fates)
 
 
-def _ingest_one(ledger: Ledger, event: Any, now: datetime) -> Fate:
+_NAMED_IN_LOG = 10  # intents a warning names: enough to find them, bounded for a batch of thousands
+
+
+def _ingest_one(ledger: Ledger, event: Any, now: datetime, unmatched: dict[str, None]) -> Fate:
     evidence = parse_event(event, now)
     if not isinstance(evidence, Evidence):
         return evidence
     record = ledger.store.get(evidence.tenant, evidence.intent_key)
     if record is None or record.provider != _rules.PROVIDER:
         # never store evidence that could settle an intent of another ledger later, or another provider's intent
-        return _unmatched(ledger)
+        return _unmatched(ledger, evidence, unmatched)
     try:
         return "recorded" if ledger.record_evidence(evidence) else "duplicates"
     except InvalidInput:  # a tenant this ledger does not serve
-        return _unmatched(ledger)
+        return _unmatched(ledger, evidence, unmatched)
 
 
-def _unmatched(ledger: Ledger) -> Literal["unmatched"]:
+def _unmatched(ledger: Ledger, evidence: Evidence, unmatched: dict[str, None]) -> Literal["unmatched"]:
     ledger.observer.on_event("unmatched_evidence", {"provider": _rules.PROVIDER, "source": SOURCE})
+    unmatched[f"{evidence.tenant}/{evidence.intent_key}"] = None
     return "unmatched"
 
 
