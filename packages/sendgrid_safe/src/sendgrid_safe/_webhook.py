@@ -60,8 +60,6 @@ def ingest_events(
         raise MalformedWebhook(f"event webhook body is not JSON: {error}") from error
     if not isinstance(events, list):
         raise MalformedWebhook(f"event webhook body must be a JSON array, got {type(events).__name__}")
-    if holds_unstorable_text(events):
-        raise MalformedWebhook("event webhook body holds a lone surrogate or NUL escape: not text SendGrid sends")
     now = ledger.clock()
     unmatched: dict[str, None] = {}  # tenant/intent named by events with no record here, in order, once each
     fates: Counter[str] = Counter(_ingest_one(ledger, event, now, unmatched) for event in events)
@@ -101,8 +99,10 @@ def _unmatched(ledger: Ledger, evidence: Evidence, unmatched: dict[str, None]) -
 
 
 def parse_event(event: Any, received_at: datetime) -> Evidence | Literal["foreign", "malformed"]:
-    """One event as :class:`Evidence`, or why it is skipped."""
-    if not isinstance(event, dict) or not isinstance(event.get("event"), str):
+    """One event as :class:`Evidence`, or why it is skipped. An event holding text no store can hold (a lone
+    surrogate or NUL escape, valid JSON) is malformed alone: the rest of its batch counts, where refusing the
+    POST would have SendGrid retry it for a day, then drop every event in it."""
+    if not isinstance(event, dict) or not isinstance(event.get("event"), str) or holds_unstorable_text(event):
         return "malformed"
     intent, tenant = event.get(_rules.INTENT_ARG), event.get(_rules.TENANT_ARG)
     if intent is None and tenant is None:
