@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from safe_effects import Evidence, EvidenceVerdict
+import pytest
+
+from safe_effects import CrashPlan, CrashPoint, EffectRequest, Evidence, EvidenceVerdict, Ledger, SimulatedCrash
+from safe_effects.testing import FakeClock
 
 if TYPE_CHECKING:
     from conftest import Ops
@@ -12,6 +16,7 @@ if TYPE_CHECKING:
 ADAPTERS = "ops_fake_adapters:adapters"
 
 KEY = "invoice:inv_1:collect:v1"
+LIVE = "invoice:inv_live:collect:v1"
 
 
 def test_list_shows_unknowns_oldest_first_with_summary(ops: Ops) -> None:
@@ -31,6 +36,34 @@ def test_list_shows_unknowns_oldest_first_with_summary(ops: Ops) -> None:
     assert "amount=5000" in table.stdout
     cut = ops.cli("list", "--limit", "1")
     assert "1 intent(s) (the first 1: --limit shows more)" in cut.stdout  # a full page says there may be more
+
+
+def test_list_by_default_also_shows_calls_whose_worker_died_and_not_live_ones(ops: Ops) -> None:
+    """A helper SIGKILLed four workers mid-call: the runbook's `list` printed "0 intent(s)" while four in_flight
+    records, leases expired, had all reached the provider. A live call is not in doubt and stays out."""
+    dead_worker = Ledger(
+        ops.ledger.store,
+        clock=FakeClock(datetime.now(UTC) - timedelta(minutes=10)),  # claimed ten minutes ago: lease long over
+        crash_plan=CrashPlan.crash_at(CrashPoint.AFTER_RESPONSE),
+    )
+    with pytest.raises(SimulatedCrash):
+        dead_worker.execute(ops.adapter, EffectRequest(operation="charge", params={"n": 1}), intent_key=KEY)
+    live_worker = Ledger(ops.ledger.store, crash_plan=CrashPlan.crash_at(CrashPoint.AFTER_RESPONSE))
+    with pytest.raises(SimulatedCrash):  # its lease runs for two more minutes
+        live_worker.execute(ops.adapter, EffectRequest(operation="charge", params={"n": 2}), intent_key=LIVE)
+    ops.unknown("invoice:inv_2:collect:v1")
+    listed = ops.cli_json("list")
+    assert [(r["intent_key"], r["status"], r["lease_expired"]) for r in listed] == [
+        (KEY, "in_flight", True),
+        ("invoice:inv_2:collect:v1", "unknown", False),
+    ]
+    table = ops.cli("list", env={"COLUMNS": "200"})
+    assert "2 intent(s)" in table.stdout
+    assert "in_flight, lease expired" in table.stdout
+    flying = ops.cli_json("list", "--status", "in_flight")  # asked for: every one, live or not
+    assert {(r["intent_key"], r["lease_expired"]) for r in flying} == {(KEY, True), (LIVE, False)}
+    assert len(ops.fake.effects()) == 3  # each reached the provider once; listing changed nothing
+    assert ops.ledger.get(KEY).status == "in_flight"
 
 
 def test_tables_print_intent_keys_as_they_are(ops: Ops) -> None:

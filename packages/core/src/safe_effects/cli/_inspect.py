@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
+from datetime import datetime
 from typing import Annotated
 
 import typer
 
+from safe_effects._records import EffectRecord
 from safe_effects._states import EffectStatus
+from safe_effects._store import Store
 from safe_effects._tenants import DEFAULT_TENANT
 
 from ._common import (
@@ -27,7 +30,9 @@ from ._common import (
 
 Statuses = Annotated[
     list[EffectStatus] | None,
-    typer.Option("--status", help="Statuses to list (repeatable); default: unknown."),
+    typer.Option(
+        "--status", help="Statuses to list (repeatable); default: unknown, and in_flight whose lease expired."
+    ),
 ]
 
 
@@ -40,15 +45,25 @@ def list_effects(
     limit: Annotated[int, typer.Option("--limit", min=1, max=MAX_LIMIT)] = 50,
     as_json: AsJson = False,
 ) -> None:
-    """List intents (unknown by default), least recently updated first: what may have happened and since when."""
+    """List intents, least recently updated first: what may have happened and since when. By default what is in
+    doubt: unknown, and in flight with its lease expired (a worker died mid-call; the next reconcile or retry
+    turns it unknown)."""
     with opened(store) as ledger:
         now = ledger.clock()
-        records = ledger.store.list_by_status(
-            status or [EffectStatus.UNKNOWN], tenant=tenant, provider=provider, limit=limit
-        )
+        if status:
+            records = ledger.store.list_by_status(status, tenant=tenant, provider=provider, limit=limit)
+        else:
+            records = _in_doubt(ledger.store, now, tenant=tenant, provider=provider, limit=limit)
     if as_json:
         print_json(
-            [{**r.model_dump(mode="json"), "age_seconds": (now - r.updated_at).total_seconds()} for r in records]
+            [
+                {
+                    **r.model_dump(mode="json"),
+                    "age_seconds": (now - r.updated_at).total_seconds(),
+                    "lease_expired": _abandoned(r, now),
+                }
+                for r in records
+            ]
         )
         return
     rows = [
@@ -58,7 +73,7 @@ def list_effects(
             r.intent_key,
             r.provider,
             r.operation,
-            r.status,
+            f"{r.status}, lease expired" if _abandoned(r, now) else r.status,
             r.version,
             r.last_error_class,
             summary_text(r.summary),
@@ -68,6 +83,21 @@ def list_effects(
     columns = ["age", "tenant", "intent key", "provider", "operation", "status", "v", "last error", "summary"]
     more = f" (the first {limit}: --limit shows more)" if len(records) == limit else ""
     emit(table(f"{len(records)} intent(s){more}", columns, rows))
+
+
+def _in_doubt(
+    store: Store, now: datetime, *, tenant: str | None, provider: str | None, limit: int
+) -> list[EffectRecord]:
+    """The ``limit`` least recently updated records that may have acted unseen: unknown, and in flight past the
+    lease (its worker gone: until a reconcile or a retry takes it over it is still ``in_flight``)."""
+    unknown = store.list_by_status([EffectStatus.UNKNOWN], tenant=tenant, provider=provider, limit=limit)
+    flying = store.list_by_status([EffectStatus.IN_FLIGHT], tenant=tenant, provider=provider, limit=limit)
+    merged = unknown + [r for r in flying if _abandoned(r, now)]
+    return sorted(merged, key=lambda r: (r.updated_at, r.tenant, r.intent_key))[:limit]
+
+
+def _abandoned(record: EffectRecord, now: datetime) -> bool:
+    return record.status is EffectStatus.IN_FLIGHT and record.lease_expired(now)
 
 
 SHOWN_EVIDENCE = 20  # rows of evidence a table shows by default: the first and last half of them
