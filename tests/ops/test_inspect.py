@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 import pytest
 
-from safe_effects import CrashPlan, CrashPoint, EffectRequest, Evidence, EvidenceVerdict, Ledger, SimulatedCrash
+from safe_effects import (
+    CrashPlan,
+    CrashPoint,
+    EffectRequest,
+    EffectStatus,
+    Evidence,
+    EvidenceVerdict,
+    Ledger,
+    Operator,
+    SimulatedCrash,
+)
 from safe_effects.testing import FakeClock
 
 if TYPE_CHECKING:
@@ -106,6 +117,36 @@ def test_show_has_every_field_audit_and_evidence(ops: Ops) -> None:
     assert table.exit_code == 0
     assert f"--expect-version {record.version}" in table.stdout
     assert "audit trail" in table.stdout
+
+
+def test_show_of_a_purged_record_prints_what_is_left_of_it_and_says_so(ops: Ops) -> None:
+    """The forensics review purged a settled send: `show` said only "no effect recorded", the words it says of
+    an intent never attempted (support could conclude "never sent" and send again), while its audit trail and
+    evidence, which purges keep, said who confirmed it and on what."""
+    ops.unknown(KEY)
+    settled = Operator(ops.ledger)
+    settled.resolve(
+        KEY, to=EffectStatus.CONFIRMED, operator="bob", reason="in the dashboard", expect_version=2,
+        provider_result_id="fx_1", evidence="dashboard:fx_1",
+    )  # fmt: skip
+    assert ops.cli_json("purge", "--older-than", "0", "--force-min-days", "0")["deleted"] == 1
+    table = ops.cli("show", KEY, env={"COLUMNS": "200"})
+    assert table.exit_code == 1
+    assert "purged, or lost in a restore from a backup; its audit trail and evidence" in table.stderr
+    assert "operator:bob" in table.stdout  # the trail: who confirmed it
+    shown = ops.cli("show", KEY, "--json")
+    assert shown.exit_code == 1
+    remains = json.loads(shown.stdout)
+    assert remains["record"] is None
+    assert [(a["to_status"], a["detail"].get("provider_result_id")) for a in remains["audit"]] == [
+        ("unknown", None),
+        ("confirmed", "fx_1"),
+    ]
+    never = ops.cli("show", "invoice:never:collect:v1")
+    assert (never.exit_code, never.stdout) == (1, "")  # never recorded: nothing to show, as before
+    assert "no effect recorded for intent 'invoice:never:collect:v1'" in never.stderr
+    assert "purged" not in never.stderr
+    assert len(ops.fake.effects()) == 1
 
 
 def test_show_sums_up_evidence_that_fills_pages_unless_asked_for_all(ops: Ops) -> None:

@@ -8,10 +8,13 @@ from typing import Annotated
 
 import typer
 
-from safe_effects._records import EffectRecord
+from safe_effects._approvals import Approval
+from safe_effects._errors import IntentNotFound
+from safe_effects._keys import IntentKey
+from safe_effects._records import AuditEntry, EffectRecord, Evidence
 from safe_effects._states import EffectStatus
 from safe_effects._store import Store
-from safe_effects._tenants import DEFAULT_TENANT
+from safe_effects._tenants import DEFAULT_TENANT, check_tenant
 
 from ._common import (
     MAX_LIMIT,
@@ -117,19 +120,46 @@ def show(
     ] = False,
     as_json: AsJson = False,
 ) -> None:
-    """Everything about one intent: every field, the audit trail, evidence and approval requests."""
+    """Everything about one intent: every field, the audit trail, evidence and approval requests (of a purged
+    record, what is left of it: its audit trail and evidence, with an error)."""
     with opened(store) as ledger:
-        record = ledger.get(key, tenant=tenant)
-        audit = ledger.store.audit_trail(record.tenant, record.intent_key)
-        evidence = ledger.store.evidence_for(record.tenant, record.intent_key)
-        approvals = ledger.store.approvals(tenant=record.tenant, intent_key=record.intent_key)
+        record: EffectRecord | None = None
+        not_found: IntentNotFound | None = None
+        try:
+            record = ledger.get(key, tenant=tenant)
+        except IntentNotFound as missing:
+            not_found = missing
+        intent, tenant = IntentKey.parse(key), check_tenant(tenant)  # valid: get() would have refused them
+        audit = ledger.store.audit_trail(tenant, intent)
+        evidence = ledger.store.evidence_for(tenant, intent)
+        approvals = ledger.store.approvals(tenant=tenant, intent_key=intent)
         now = ledger.clock()
+    if not_found is not None and not (audit or evidence or approvals):
+        raise not_found  # never recorded (or under another tenant)
     if as_json:
         print_json({"record": record, "audit": audit, "evidence": evidence, "approvals": approvals})
+    else:
+        if record is not None:
+            fields = [[name, value] for name, value in record.model_dump(mode="json").items()]
+            emit(table(f"{record.intent_key} (tenant {record.tenant})", ["field", "value"], fields))
+            emit(f"last attempt: {record.dispatched_at or 'never'} ({age(record.dispatched_at, now) or '-'} ago)")
+        _emit_trail(audit, evidence, approvals, all_evidence=all_evidence)
+    if not_found is not None:  # what it did is on the trail; the record itself is gone
+        raise IntentNotFound(
+            f"{not_found}: purged, or lost in a restore from a backup; its audit trail and evidence, which "
+            "purges keep, are shown"
+        )
+    if as_json or record is None:
         return
-    fields = [[name, value] for name, value in record.model_dump(mode="json").items()]
-    emit(table(f"{record.intent_key} (tenant {record.tenant})", ["field", "value"], fields))
-    emit(f"last attempt: {record.dispatched_at or 'never'} ({age(record.dispatched_at, now) or '-'} ago)")
+    if record.status is EffectStatus.UNKNOWN:
+        emit(f"to resolve it, pass --expect-version {record.version}")
+    elif record.status is EffectStatus.CONFIRMED:
+        emit(f"to compensate it, pass --expect-version {record.version}")
+
+
+def _emit_trail(
+    audit: list[AuditEntry], evidence: list[Evidence], approvals: list[Approval], *, all_evidence: bool
+) -> None:
     emit(
         table(
             "audit trail",
@@ -171,10 +201,6 @@ def show(
                 ],
             )
         )
-    if record.status is EffectStatus.UNKNOWN:
-        emit(f"to resolve it, pass --expect-version {record.version}")
-    elif record.status is EffectStatus.CONFIRMED:
-        emit(f"to compensate it, pass --expect-version {record.version}")
 
 
 def lookup(
