@@ -35,6 +35,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "DEFAULT_TENANT",
         "Decision",
         "ENTRY_POINT_GROUP",
+        "EarlierVersionInDoubt",
         "EffectDeferred",
         "EffectInProgress",
         "EffectOutcome",

@@ -16,6 +16,7 @@ from safe_effects import (
     ConcurrentSameKey,
     CrashPlan,
     CrashPoint,
+    EarlierVersionInDoubt,
     EffectDeferred,
     EffectInProgress,
     EffectRecord,
@@ -194,6 +195,50 @@ def test_a_conflict_warns_that_a_new_key_may_repeat_an_action_that_went_out(env:
     assert str(conflict.value).endswith("e.g. 'invoice:inv_43:collect:v2'")  # never sent: a new key is the advice
     assert env.record().status is EffectStatus.UNKNOWN
     assert len(env.fake.effects()) == 1
+
+
+V2 = "invoice:inv_42:collect:v2"
+
+
+def test_a_new_version_while_an_earlier_one_may_have_acted_is_refused_before_anything_is_recorded(env: Env) -> None:
+    """The forensics review: v1's answer was lost, the app sent v2 (confirmed), a lookup then found v1's charge
+    too: a double charge no log or metric showed. v2 now waits until v1 is settled; then it goes as usual."""
+    env.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)  # v1 charged, its answer lost
+    with pytest.raises(EffectUnknown):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    for call in (env.ledger.execute, env.ledger.prepare):
+        with pytest.raises(EarlierVersionInDoubt, match=rf"'{V2}' .* new version while '{KEY}' is unknown") as refused:
+            call(env.adapter, CHARGE, intent_key=V2)
+        assert (refused.value.earlier, refused.value.earlier_status) == (KEY, "unknown")
+    with pytest.raises(IntentNotFound):
+        env.record(V2)
+    assert len(env.fake.effects()) == 1
+    assert env.ledger.reconcile(env.adapter, intent_key=KEY).status is EffectStatus.CONFIRMED  # v1 did charge
+    assert env.ledger.execute(env.adapter, CHARGE, intent_key=V2).record.status is EffectStatus.CONFIRMED  # as asked
+    assert len(env.fake.effects()) == 2
+
+
+def test_a_new_version_after_a_rejected_or_never_sent_one_goes_at_once(env: Env) -> None:
+    env.fake.fail_next(FakeFailure.DECLINED)
+    with pytest.raises(EffectRejected):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    assert env.ledger.execute(env.adapter, CHARGE, intent_key=V2).record.status is EffectStatus.CONFIRMED
+    v4 = "invoice:inv_42:collect:v4"  # v3 never recorded: nothing of it to wait for
+    assert env.ledger.execute(env.adapter, CHARGE, intent_key=v4).record.status is EffectStatus.CONFIRMED
+    assert len(env.fake.effects()) == 2
+
+
+def test_a_version_already_recorded_goes_on_whatever_its_predecessors_say(env: Env) -> None:
+    """A retry (or reconciliation) of a v2 recorded before v1 turned unknown is not a new version."""
+    env.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
+    with pytest.raises(EffectUnknown):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=V2)
+    env.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
+    with pytest.raises(EffectUnknown):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    replayed = env.ledger.execute(env.adapter, CHARGE, intent_key=V2)  # the deduping fake replays v2's key
+    assert replayed.record.status is EffectStatus.CONFIRMED
+    assert len(env.fake.effects()) == 2
 
 
 def test_lost_response_becomes_unknown_then_same_key_replay_confirms_once(env: Env) -> None:

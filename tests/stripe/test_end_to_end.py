@@ -21,10 +21,12 @@ import stripe
 
 from safe_effects import (
     ConcurrentSameKey,
+    EarlierVersionInDoubt,
     EffectDeferred,
     EffectRejected,
     EffectStatus,
     EffectUnknown,
+    IntentNotFound,
     LookupKind,
 )
 from safe_effects.testing import FakeClock, Fault
@@ -372,6 +374,25 @@ def test_rate_limited_replay_of_an_unknown_goes_back_to_unknown_and_a_later_repl
 
 
 # -- the fake's idempotency, with the raw SDK (no ledger) -------------------------------------------------------
+
+
+def test_a_v2_key_while_v1_may_have_charged_is_refused_and_only_v1_charges(env: Env) -> None:
+    """The double charge the forensics review found: inv_43's v1 lost its answer after Stripe charged, the app
+    "retried" with :v2, Stripe charged again, and a later lookup confirmed v1 too."""
+    env.fake.inject(Fault.drop_after_commit(path_prefix="/v1/payment_intents"))
+    with pytest.raises(EffectUnknown):
+        env.client.v1.payment_intents.create(params=PI, options={"idempotency_key": KEY})
+    v2 = KEY.replace(":v1", ":v2")
+    with pytest.raises(EarlierVersionInDoubt, match=f"while '{KEY}' is unknown"):
+        env.client.v1.payment_intents.create(params=PI, options={"idempotency_key": v2})
+    assert env.posts("/v1/payment_intents") == 1
+    assert env.fake.effect_count("payment_intents.create") == 1
+    with pytest.raises(IntentNotFound):
+        env.record(v2)
+    retried = env.client.v1.payment_intents.create(params=PI, options={"idempotency_key": KEY})  # the right retry
+    assert env.record().status is EffectStatus.CONFIRMED
+    assert env.record().provider_result_id == retried.id
+    assert env.fake.effect_count("payment_intents.create") == 1  # Stripe replayed v1: one charge in all
 
 
 def test_a_same_key_request_is_replayed_with_the_idempotent_replayed_header(fake: FakeStripe) -> None:

@@ -18,6 +18,7 @@ from ._digest import bytes_digest, canonical_json, request_digest
 from ._errors import (
     ApprovalError,
     ClockSkewed,
+    EarlierVersionInDoubt,
     EffectDeferred,
     EffectInProgress,
     EffectOutcome,
@@ -141,6 +142,7 @@ __all__ = [
     "UnknownTenant",
     "MissingIntentKey",
     "IntentConflict",
+    "EarlierVersionInDoubt",
     "IllegalTransition",
     "StaleRecord",
     "IntentNotFound",

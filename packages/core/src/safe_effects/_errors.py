@@ -8,6 +8,7 @@
     │   ├── UnknownTenant             a tenant not in the ledger's allow-list
     │   └── MissingIntentKey          a mutating call without an intent key
     ├── IntentConflict                same intent key, other request digest
+    ├── EarlierVersionInDoubt         a new key version while an earlier one may have acted: not recorded
     ├── IllegalTransition             a state change the state machine forbids
     ├── StaleRecord                   the record moved on since it was read (conditional update lost)
     ├── LedgerUnavailable             the ledger's database did not answer (or refuses writes for now)
@@ -156,6 +157,26 @@ class IntentConflict(SafeEffectsError):
             f"intent {intent_key!r} (tenant {tenant!r}) was recorded{holds} with another request digest than "
             "this call's: same key, other parameters or operation. "
             f"A key names one action: give a new or corrected action a new key, e.g. {suggested}{caution}"
+        )
+
+
+class EarlierVersionInDoubt(SafeEffectsError):
+    """A new version of an intent key (``...:v2``) while an earlier one (``...:v1``) is unknown or in flight.
+
+    The earlier one may have acted at its provider, so the new one could do the same thing twice: the forensics
+    review charged an invoice twice this way (v1 lost its answer, the app sent v2, a lookup then found v1's
+    charge). Refused before anything is recorded or sent; settle the earlier version first.
+    """
+
+    code = "earlier_version_in_doubt"
+
+    def __init__(self, tenant: str, intent_key: str, earlier: str, earlier_status: str, provider: str) -> None:
+        self.tenant, self.intent_key, self.earlier, self.earlier_status = tenant, intent_key, earlier, earlier_status
+        super().__init__(
+            f"intent {intent_key!r} (tenant {tenant!r}) is a new version while {earlier!r} is {earlier_status}: "
+            f"that one may have acted at {provider}, so this one could do it twice; nothing was recorded or sent. "
+            f"Settle {earlier!r} first (retry it with its own request, run `safe-effects reconcile`, or have an "
+            "operator resolve it), then send this one only if it did not act"
         )
 
 

@@ -34,6 +34,7 @@ from ._contract import ConcurrentSameKey, ProviderContract
 from ._crash import NO_CRASH, CrashPlan, CrashPoint
 from ._digest import check_plain_json, request_digest
 from ._errors import (
+    EarlierVersionInDoubt,
     EffectDeferred,
     EffectInProgress,
     EffectRejected,
@@ -51,7 +52,7 @@ from ._errors import (
     UnknownTenant,
 )
 from ._fork import renew_in_children
-from ._keys import IntentKey
+from ._keys import SEPARATOR, IntentKey
 from ._observer import NullObserver, Observer
 from ._policies import DEFAULT_LEASE, DEFAULT_RETRY, LeasePolicy, RetryPolicy
 from ._records import EffectRecord, Evidence, EvidenceVerdict, Receipt, Resolution
@@ -89,6 +90,11 @@ def _answered_alike(current: EffectRecord, to: EffectStatus, result_id: str | No
     """The intent is settled as a late worker's own answer said: the same state and provider id."""
     return to is not S.UNKNOWN and current.status is to and current.provider_result_id == result_id
 
+
+# a new version of a key waits for the earlier ones that may have acted (EarlierVersionInDoubt): the nearest
+# ten are read, one primary-key read each, only for a key past v1
+_EARLIER_VERSIONS_CHECKED = 10
+_IN_DOUBT = frozenset({S.UNKNOWN, S.IN_FLIGHT})
 
 # how far the clocks of the processes that write audit rows (or stamp events an operator's resolution must not
 # contradict) may run behind the one that created a record; a purged record's audit rows are older than the
@@ -322,7 +328,9 @@ class Ledger:
         self._refuse_short_lease(contract)
         self._refuse_unsendable(adapter, request, fresh)
         if fresh.compensates is not None:
-            self._claim_compensation(fresh)  # refused here: nothing written, nothing sent
+            self._claim_compensation(fresh)  # refused here: nothing written, nothing sent (one per original)
+        else:
+            self._refuse_while_earlier_in_doubt(fresh)
         try:
             record, created = self.store.insert_if_absent(fresh)
         except LedgerUnavailable:
@@ -365,6 +373,7 @@ class Ledger:
             step_id=step_id,
         )
         self._refuse_unsendable(adapter, request, fresh)
+        self._refuse_while_earlier_in_doubt(fresh)
         record, created = self.store.insert_if_absent(fresh, connection=connection)
         if not created:
             self._check_digest(record, fresh.request_digest)
@@ -658,6 +667,24 @@ class Ledger:
             "again, a call still waiting for its answer would be taken over and sent twice; give the Ledger a "
             "longer LeasePolicy(duration=...)"
         )
+
+    def _refuse_while_earlier_in_doubt(self, fresh: EffectRecord) -> None:
+        """A new version of a key is refused while one of the versions before it may have acted unseen
+        (:class:`EarlierVersionInDoubt`); a version already recorded goes on (a retry, a reconciliation)."""
+        *head, version = fresh.intent_key.parts
+        number = int(version[1:])
+        # from v1 (the first version by convention; a v1 reads nothing) up to this one, the nearest first
+        for earlier_number in range(number - 1, max(number - _EARLIER_VERSIONS_CHECKED, 1) - 1, -1):
+            earlier = self.store.get(fresh.tenant, SEPARATOR.join([*head, f"v{earlier_number}"]))
+            if earlier is None or earlier.status not in _IN_DOUBT:
+                continue
+            if self.store.get(fresh.tenant, fresh.intent_key) is not None:
+                return
+            refusal = EarlierVersionInDoubt(
+                fresh.tenant, fresh.intent_key, earlier.intent_key, earlier.status.value, earlier.provider
+            )
+            _log.warning("%s", refusal)
+            raise refusal
 
     def _refuse_unsendable(self, adapter: ProviderAdapter[Any], request: EffectRequest, fresh: EffectRecord) -> None:
         """A new intent the adapter says it cannot send is refused before anything is recorded: recorded, even
