@@ -155,6 +155,33 @@ def test_event_verdict_reads_one_unwrapped_event() -> None:
     assert ses_safe.event_verdict({"mail": {"messageId": "m-1"}}) is EvidenceVerdict.INFORMATIONAL  # no type
 
 
+@pytest.mark.parametrize(
+    ("kind", "detail", "kept"),
+    [
+        (
+            "Bounce",
+            {"bounceType": "Permanent", "bounceSubType": "General", "bouncedRecipients": [{"emailAddress": "a@b.c"}]},
+            {"bounce_type": "Permanent", "bounce_subtype": "General"},
+        ),
+        ("Complaint", {"complaintFeedbackType": "abuse", "complainedRecipients": []}, {"complaint_type": "abuse"}),
+        ("Bounce", {"bounceType": "Permanent a@b.c", "bounceSubType": 7}, {}),  # not SES's words: left out
+    ],
+    ids=["bounce", "complaint", "odd"],
+)
+def test_a_bounce_or_complaint_keeps_its_type_for_the_operator_and_no_address(
+    kind: str, detail: dict[str, Any], kept: dict[str, str], ledger: Ledger, unknown_send: tuple[str, dict[str, str]]
+) -> None:
+    """The forensics review: `show` of a confirmed send that bounced said "Bounce" with no type, so a
+    permanent bounce (the customer never got it) read like a soft one."""
+    message_id, tags = unknown_send
+    result = ingest_event(ledger, sns_envelope(ses_event(kind, message_id=message_id, tags=tags, detail=detail)))
+    assert result.evidence is not None
+    (stored,) = ledger.store.evidence_for("default", KEY)
+    assert {k: v for k, v in stored.detail.items() if k != "mail_timestamp"} == kept
+    assert "a@b.c" not in json.dumps(stored.detail)
+    assert ledger.get(KEY).status is EffectStatus.CONFIRMED
+
+
 def test_a_bounce_subtype_of_another_shape_is_read_as_a_plain_bounce(
     ledger: Ledger, unknown_send: tuple[str, dict[str, str]]
 ) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -151,6 +152,29 @@ def _unmatched(ledger: Ledger, kind: str, reason: str) -> IngestResult:
     return IngestResult(IngestOutcome.UNMATCHED, kind, reason=reason)
 
 
+# SES's fixed vocabularies an operator needs to tell a bounced or complained-of mail from a delivered one
+_KEPT_TYPES = {
+    "bounce": (("bounceType", "bounce_type"), ("bounceSubType", "bounce_subtype")),
+    "complaint": (("complaintFeedbackType", "complaint_type"), ("complaintSubType", "complaint_subtype")),
+}
+_PLAIN_TYPE = re.compile(r"[A-Za-z-]{1,40}")
+
+
+def _detail(event: Mapping[str, Any], mail: Mapping[str, Any]) -> dict[str, str]:
+    """The send's time and, for a bounce or complaint, its type and subtype: never addresses or diagnostic
+    text, which may quote one."""
+    detail = {"mail_timestamp": str(mail.get("timestamp", ""))}
+    for field, names in _KEPT_TYPES.items():
+        found = event.get(field)
+        if not isinstance(found, Mapping):
+            continue
+        for name, kept_as in names:
+            value = found.get(name)
+            if isinstance(value, str) and _PLAIN_TYPE.fullmatch(value):
+                detail[kept_as] = value
+    return detail
+
+
 def _type_of(event: Mapping[str, Any]) -> str | None:
     """``eventType`` (event publishing), else ``notificationType`` (an identity's notifications)."""
     kind = event.get("eventType", event.get("notificationType"))
@@ -241,7 +265,7 @@ def ingest_event(
         verdict=event_verdict(event),
         provider_result_id=message_id,
         received_at=ledger.clock(),
-        detail={"mail_timestamp": str(mail.get("timestamp", ""))},
+        detail=_detail(event, mail),
     )
     recorded = ledger.record_evidence(evidence)
     outcome = IngestOutcome.RECORDED if recorded else IngestOutcome.DUPLICATE
