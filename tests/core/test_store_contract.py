@@ -467,6 +467,23 @@ def test_list_by_status_oldest_first_with_filters_and_limit(store: Store) -> Non
     assert keys(store.list_by_status([S.IN_FLIGHT, S.IN_FLIGHT, "in_flight"])) == ["a:4:x:v1"]  # type: ignore[list-item]
 
 
+def test_listing_by_key_prefix_compares_exactly_case_and_wildcards_included(store: Store) -> None:
+    """One invoice's story (every action and version of it) without SQL; ``%`` and ``_`` in a key are plain
+    characters and case counts, on both stores (SQLite's LIKE would ignore case)."""
+    for key in ("invoice:inv_43:collect:v1", "invoice:inv_43:collect:v2", "invoice:inv_43:refund:v1",
+                "invoice:inv_430:collect:v1", "invoice:INV_43:collect:v1", "invoice:inv%43:collect:v1"):  # fmt: skip
+        store.insert_if_absent(make(key, status=S.CONFIRMED))
+    every = list(S)
+    found = keys(store.list_by_status(every, key_prefix="invoice:inv_43:"))
+    assert sorted(found) == ["invoice:inv_43:collect:v1", "invoice:inv_43:collect:v2", "invoice:inv_43:refund:v1"]
+    assert keys(store.list_by_status(every, key_prefix="invoice:inv%43:")) == ["invoice:inv%43:collect:v1"]
+    assert len(store.list_by_status(every, key_prefix="invoice:")) == 6
+    assert store.list_by_status([S.UNKNOWN], key_prefix="invoice:inv_43:") == []
+    for bad in ("", "x" * 256, "a\x00b", 43):
+        with pytest.raises(InvalidInput, match="key prefix"):
+            store.list_by_status(every, key_prefix=bad)  # type: ignore[arg-type]
+
+
 def test_listing_several_statuses_pages_through_each_record_once_in_order(store: Store) -> None:
     """Several statuses are read one ordered run each and merged: every page, across statuses and equal
     ``updated_at`` values, continues exactly where the cursor left off."""

@@ -77,6 +77,23 @@ def test_list_by_default_also_shows_calls_whose_worker_died_and_not_live_ones(op
     assert ops.ledger.get(KEY).status == "in_flight"
 
 
+def test_list_by_key_prefix_tells_one_invoices_story_in_every_status(ops: Ops) -> None:
+    """The forensics review had to dump every status and grep JSON to find inv_43's :v1 (unknown) and :v2."""
+    ops.unknown("invoice:inv_43:collect:v1", happened=False)
+    ops.confirmed("invoice:inv_43:refund:v1")
+    ops.confirmed("invoice:inv_430:collect:v1")
+    listed = ops.cli_json("list", "--key-prefix", "invoice:inv_43:")
+    assert sorted((r["intent_key"], r["status"]) for r in listed) == [
+        ("invoice:inv_43:collect:v1", "unknown"),
+        ("invoice:inv_43:refund:v1", "confirmed"),
+    ]
+    only = ops.cli_json("list", "--key-prefix", "invoice:inv_43:", "--status", "confirmed")
+    assert [r["intent_key"] for r in only] == ["invoice:inv_43:refund:v1"]
+    refused = ops.cli("list", "--key-prefix", "")
+    assert refused.exit_code == 1
+    assert "key prefix must be a non-empty str" in refused.stderr
+
+
 def test_tables_print_intent_keys_as_they_are(ops: Ops) -> None:
     """An operator copies keys from the tables into the next command: ``:ok:`` and ``:id:`` are emoji codes a
     rich console would otherwise replace (``user:ok:...`` printed as ``user🆗...``)."""

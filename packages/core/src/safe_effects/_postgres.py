@@ -846,6 +846,7 @@ class PostgresStore:
         updated_before: datetime | None,
         limit: int,
         after: tuple[datetime, str, str] | None = None,
+        key_prefix: str | None = None,
     ) -> tuple[bytes, list[Any]]:
         """The list_by_status SQL and its parameters (kept apart so a test can EXPLAIN exactly this)."""
         query, params = list_statement(
@@ -858,6 +859,7 @@ class PostgresStore:
             updated_before=updated_before,
             limit=limit,
             after=after,
+            key_prefix=key_prefix,
         )
         return query.encode(), params
 
@@ -870,6 +872,7 @@ class PostgresStore:
         updated_before: datetime | None = None,
         limit: int = 100,
         after: tuple[datetime, str, str] | None = None,
+        key_prefix: str | None = None,
     ) -> list[EffectRecord]:
         """Records in ``statuses``, least recently updated first; see :class:`Store`."""
         if limit < 0:
@@ -877,7 +880,13 @@ class PostgresStore:
         if not statuses:
             return []
         query, params = self._list_query(
-            statuses, tenant=tenant, provider=provider, updated_before=updated_before, limit=limit, after=after
+            statuses,
+            tenant=tenant,
+            provider=provider,
+            updated_before=updated_before,
+            limit=limit,
+            after=after,
+            key_prefix=key_prefix,
         )
         with self._checkout() as conn, conn.cursor(row_factory=self._dict_row) as cur:
             return [from_row(EffectRecord, row, self._codec) for row in cur.execute(query, params)]

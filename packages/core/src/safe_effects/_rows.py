@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 
 from ._errors import InvalidInput, StaleRecord
-from ._keys import IntentKey
+from ._keys import MAX_KEY_LENGTH, IntentKey
 from ._records import AuditEntry, EffectRecord
 from ._states import EffectStatus, check_transition
 from ._tenants import check_tenant
@@ -165,6 +165,7 @@ def list_statement(
     updated_before: datetime | None,
     limit: int,
     after: tuple[datetime, str, str] | None,
+    key_prefix: str | None = None,
 ) -> tuple[str, list[Any]]:
     """``list_by_status``'s SQL (``select`` is ``SELECT <columns> FROM <intents>``, ``mark`` the placeholder)
     and its parameters, filters validated.
@@ -180,6 +181,9 @@ def list_statement(
         conditions.append((f"provider = {mark}", provider))
     if updated_before is not None:
         conditions.append((f"updated_at < {mark}", codec.time_out(utc(updated_before, "updated_before"))))
+    if key_prefix is not None:  # substr, not LIKE: SQLite's LIKE ignores case, and % or _ in a key are literal
+        prefix = check_key_prefix(key_prefix)
+        conditions.append((f"substr(intent_key, 1, {len(prefix)}) = {mark}", prefix))
     cursor: list[Any] = []
     where = ""
     if after is not None:  # the first bound lets the index start at the cursor; the row comparison breaks ties
@@ -286,6 +290,13 @@ def plan_transition(
     except ValidationError as error:
         raise InvalidInput(f"transition of {record.intent_key!r}: {error}") from error
     return new, ("status", "version", "updated_at", "updated_by", *changes), audit
+
+
+def check_key_prefix(prefix: object) -> str:
+    """A key prefix to list by, checked the same way by both stores before any read."""
+    if not isinstance(prefix, str) or not prefix or len(prefix) > MAX_KEY_LENGTH:
+        raise InvalidInput(f"a key prefix must be a non-empty str of at most {MAX_KEY_LENGTH} characters")
+    return check_storable(prefix, "the key prefix")
 
 
 MAX_CURSOR_NAME = 200  # characters; a name says which reconciler, it is not data

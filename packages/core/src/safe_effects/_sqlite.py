@@ -419,6 +419,7 @@ class SQLiteStore:
         updated_before: datetime | None = None,
         limit: int = 100,
         after: tuple[datetime, str, str] | None = None,
+        key_prefix: str | None = None,
     ) -> list[EffectRecord]:
         """Records in ``statuses``, least recently updated first; see :class:`Store`."""
         if limit < 0:
@@ -435,6 +436,7 @@ class SQLiteStore:
             updated_before=updated_before,
             limit=limit,
             after=after,
+            key_prefix=key_prefix,
         )
         return [from_row(EffectRecord, row, _CODEC) for row in _rows(self._conn().execute(query, params))]
 

@@ -91,11 +91,14 @@ class Store(Protocol):
         updated_before: datetime | None = None,
         limit: int = 100,
         after: tuple[datetime, str, str] | None = None,
+        key_prefix: str | None = None,
     ) -> list[EffectRecord]:
         """Records in ``statuses``, least recently updated first, through the (status, updated_at) index.
 
         The order is (updated_at, tenant, intent_key); ``after`` is such a triple (the last record of the
         previous page) and returns only the records after it, so a caller can page through every record.
+        ``key_prefix`` keeps the intents whose key starts with it (``invoice:inv_43:``: every action and
+        version of one invoice), compared exactly, case included.
         """
         ...
 

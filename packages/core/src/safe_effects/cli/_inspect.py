@@ -45,6 +45,14 @@ def list_effects(
     status: Statuses = None,
     tenant: Annotated[str | None, typer.Option("--tenant", help="Only this tenant.")] = None,
     provider: Annotated[str | None, typer.Option("--provider", help="Only this provider.")] = None,
+    key_prefix: Annotated[
+        str | None,
+        typer.Option(
+            "--key-prefix",
+            help="Only intents whose key starts with this (invoice:inv_43: finds every action and version of "
+            "it); without --status, in every status.",
+        ),
+    ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=MAX_LIMIT)] = 50,
     as_json: AsJson = False,
 ) -> None:
@@ -53,8 +61,11 @@ def list_effects(
     turns it unknown)."""
     with opened(store) as ledger:
         now = ledger.clock()
-        if status:
-            records = ledger.store.list_by_status(status, tenant=tenant, provider=provider, limit=limit)
+        if status or key_prefix is not None:  # one invoice's story: every status, unless asked otherwise
+            chosen = status or list(EffectStatus)
+            records = ledger.store.list_by_status(
+                chosen, tenant=tenant, provider=provider, limit=limit, key_prefix=key_prefix
+            )
         else:
             records = _in_doubt(ledger.store, now, tenant=tenant, provider=provider, limit=limit)
     if as_json:
