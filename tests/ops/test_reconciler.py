@@ -428,10 +428,13 @@ def test_cli_reconcile_reports_json(ops: Ops) -> None:
     ops.unknown("invoice:b:collect:v1", happened=False)
     report = ops.cli_json("reconcile", "--adapters", ADAPTERS)
     assert report["counts"] == {"confirmed": 1, "unknown": 1}
-    assert {i["intent_key"]: i["outcome"] for i in report["items"]} == {
-        "invoice:a:collect:v1": "confirmed",
-        "invoice:b:collect:v1": "unknown",
+    by_key = {i["intent_key"]: (i["outcome"], i["provider_result_id"], i["version"]) for i in report["items"]}
+    confirmed = ops.ledger.get("invoice:a:collect:v1")
+    assert by_key == {  # what a script needs next: the object found, and the version to resolve the rest at
+        "invoice:a:collect:v1": ("confirmed", confirmed.provider_result_id, confirmed.version),
+        "invoice:b:collect:v1": ("unknown", None, 2),
     }
+    assert confirmed.provider_result_id is not None
     table = ops.cli("reconcile", "--adapters", ADAPTERS)
     assert "reconciled: unknown=1" in table.stdout
 

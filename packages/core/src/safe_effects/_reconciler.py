@@ -42,7 +42,8 @@ MAX_CURSOR_PREFIX = MAX_CURSOR_NAME - _PROVIDER_PART - 1  # room for "/" and the
 class ReconcileItem:
     """What happened to one record: ``confirmed``, ``rejected``, ``prepared`` (proven absent), ``unknown``
     (inconclusive), ``contended`` (another process got it), ``deferred`` (rate limit), ``skipped`` (no adapter)
-    or ``error``."""
+    or ``error``. ``provider_result_id`` and ``version`` are the record's after this run touched it (None when
+    it did not settle it), so a script can cite the object found and resolve what is left at its version."""
 
     tenant: str
     intent_key: str
@@ -51,6 +52,8 @@ class ReconcileItem:
     outcome: str
     method: str | None = None
     note: str | None = None
+    provider_result_id: str | None = None
+    version: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,10 +208,14 @@ class Reconciler:
                         self.ledger._expire_lease(record)
 
     def _one(self, record: EffectRecord, deferred: set[str]) -> ReconcileItem:
-        def item(outcome: str, method: str | None = None, note: str | None = None) -> ReconcileItem:
+        def item(
+            outcome: str, method: str | None = None, note: str | None = None, *, after: EffectRecord | None = None
+        ) -> ReconcileItem:
+            found = after.provider_result_id if after is not None and after.status is not S.UNKNOWN else None
             return ReconcileItem(
-                record.tenant, record.intent_key, record.provider, record.status, outcome, method, note
-            )
+                record.tenant, record.intent_key, record.provider, record.status, outcome, method, note,
+                provider_result_id=found, version=None if after is None else after.version,
+            )  # fmt: skip
 
         try:
             adapter = self.adapters.get(record.provider)
@@ -229,11 +236,11 @@ class Reconciler:
             return item("error", note=f"{type(error).__name__}: {error}")
         method = after.resolution.method if after.resolution is not None else None
         if after.status in TERMINAL or after.status is S.PREPARED:
-            return item(after.status.value if self._ours(after) else "contended", method)
+            return item(after.status.value if self._ours(after) else "contended", method, after=after)
         if looked_up is not None and looked_up.method == LOOKUP_ERROR:  # a revoked key, an outage: not "not yet"
             why = looked_up.detail.get("error", "no detail")
             return item("error", f"lookup:{LOOKUP_ERROR}", f"the lookup failed ({why}); stays unknown")
-        return item("unknown", note="inconclusive: stays unknown for the next run or an operator")
+        return item("unknown", note="inconclusive: stays unknown for the next run or an operator", after=after)
 
     def _pace(self, adapter: ProviderAdapter[Any], record: EffectRecord, deferred: set[str]) -> None:
         """Wait for a lookup token; none in time defers this provider's lookups to the next run."""
