@@ -95,8 +95,9 @@ def test_what_the_wrapper_stamps_is_pinned() -> None:
     say to settle open Stripe intents before deploying it (docs/adopting.md)."""
     assert (METADATA_INTENT, METADATA_TENANT) == ("safe_effects_intent", "safe_effects_tenant")
     resources = ("payment_intents", "charges", "customers", "invoices", "prices", "products", "subscriptions")
-    others = ("refunds", "setup_intents", "transfers", "payouts")
-    assert {f"{resource}.create" for resource in (*resources, *others)} == STAMPED_CREATES
+    others = ("refunds", "setup_intents", "transfers", "payouts", "credit_notes", "invoiceitems")
+    checkout = "checkout.sessions"  # operation_for's name for POST /v1/checkout/sessions
+    assert {f"{resource}.create" for resource in (*resources, *others)} | {checkout} == STAMPED_CREATES
 
 
 def test_search_query_escapes_quotes_and_round_trips_through_the_fake_parser() -> None:

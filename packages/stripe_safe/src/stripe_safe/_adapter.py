@@ -25,6 +25,7 @@ from safe_effects import (
 from ._classify import classify
 from ._contract import (
     ACTION_DONE,
+    LISTED_BY,
     PROVIDER,
     SEARCHABLE,
     contract_for,
@@ -87,6 +88,14 @@ def _stamped_for(objects: list[dict[str, Any]], record: EffectRecord) -> tuple[l
     return mine, {"hits": 0, "older_than_record": older} if older else {"hits": 0}
 
 
+def _sent_between(record: EffectRecord) -> dict[str, int]:
+    """The ``created`` range (Unix seconds) of an object one of the record's sends made: from the first send to the
+    latest, widened by the clock skew allowed; a list filtered by it leaves out a purged record's objects too."""
+    first = record.first_dispatched_at or record.created_at
+    latest = record.dispatched_at or first
+    return {"gte": int(first.timestamp()) - _CLOCK_SKEW_SECONDS, "lte": int(latest.timestamp()) + _CLOCK_SKEW_SECONDS}
+
+
 def _found(obj: Mapping[str, Any], method: str, **detail: Any) -> LookupResult:
     """FOUND, or REFUSED for a declined PaymentIntent or failed Charge (it exists, nothing was charged)."""
     status = LookupStatus.REFUSED if declined(obj) else LookupStatus.FOUND
@@ -143,12 +152,12 @@ class StripeAdapter:
         return self._transport.read(url, params, scope_options(record.summary)).to_dict(for_json=True)
 
     def lookup(self, record: EffectRecord) -> LookupResult:
-        """Search (stamped creates), list by parent (refunds) or retrieve (actions on an object)."""
+        """Search (stamped creates), list by parent (the other stamped creates) or retrieve (actions on an object)."""
         resource, _, action = record.operation.rpartition(".")
         if action == "create" and resource in SEARCHABLE:
             return self._search(resource, record)
-        if record.operation == "refunds.create":
-            return self._list_refunds(record)
+        if record.operation in LISTED_BY:
+            return self._list(record, *LISTED_BY[record.operation])
         if record.operation in ACTION_DONE:
             return self._retrieve(record, ACTION_DONE[record.operation])
         return LookupResult(LookupStatus.INCONCLUSIVE, "none", detail={"reason": f"no lookup for {record.operation}"})
@@ -164,15 +173,14 @@ class StripeAdapter:
             return LookupResult(LookupStatus.INCONCLUSIVE, "search", detail={"query": query, **missed})
         return _found(hits[0], "search", query=query, hits=[h["id"] for h in hits])
 
-    def _list_refunds(self, record: EffectRecord) -> LookupResult:
-        """Refunds are not searchable; list them by parent (consistent) and match the stamped metadata."""
-        parent = next(((k, v) for k, v in record.summary.items() if k in ("payment_intent", "charge")), None)
-        if parent is None:
-            return LookupResult(LookupStatus.INCONCLUSIVE, "list", detail={"reason": "no parent id recorded"})
-        listed = self._read(record, "/v1/refunds", {parent[0]: parent[1], "limit": 100})["data"]
+    def _list(self, record: EffectRecord, path: str, parents: tuple[str, ...]) -> LookupResult:
+        """Not searchable: list the parent's objects made while the record was sent (consistent) and match the
+        stamped metadata. A miss proves nothing: a busy parent may push the object past one page."""
+        filters: dict[str, Any] = {name: record.summary[name] for name in parents if name in record.summary}
+        listed = self._read(record, path, {**filters, "created": _sent_between(record), "limit": 100})["data"]
         hits, missed = _stamped_for(listed, record)
         if not hits:
-            return LookupResult(LookupStatus.INCONCLUSIVE, "list", detail={parent[0]: parent[1], **missed})
+            return LookupResult(LookupStatus.INCONCLUSIVE, "list", detail={**filters, **missed})
         return _found(hits[0], "list", hits=[h["id"] for h in hits])
 
     def _retrieve(self, record: EffectRecord, done: frozenset[str]) -> LookupResult:

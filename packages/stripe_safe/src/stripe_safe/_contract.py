@@ -43,20 +43,30 @@ MAX_METADATA_KEY_NAME = 40
 
 # Resources the Search API covers (docs.stripe.com/search#supported-query-fields-for-each-resource).
 SEARCHABLE = frozenset({"payment_intents", "charges", "customers", "invoices", "prices", "products", "subscriptions"})
-# Creates whose params accept ``metadata``: the wrapper stamps the intent there, which a search reads after 24 h
-# where the resource is searchable (refunds: a list); transfers, payouts and setup intents have no lookup here
-# yet, and carry the stamp for an operator (docs/providers/stripe.md lists which writes a lookup settles).
-STAMPED_CREATES = frozenset(
-    {f"{resource}.create" for resource in (*SEARCHABLE, "refunds", "setup_intents", "transfers", "payouts")}
-)
-# Refunds are not searchable but are listable by their parent, consistently (no search lag).
-REFUND_PARENTS = ("payment_intent", "charge")
+# Creates that are not searchable, by the list that finds them (consistent, no search lag): the list's path and
+# the filters of its ``*ListParams`` in stripe-python 16 that narrow it to the write's parent, read from the
+# record's summary where the call gave them. Every such list is also bounded by ``created`` around the sends.
+LISTED_BY: Mapping[str, tuple[str, tuple[str, ...]]] = {
+    "refunds.create": ("/v1/refunds", ("payment_intent", "charge")),
+    "transfers.create": ("/v1/transfers", ("destination", "transfer_group")),
+    "payouts.create": ("/v1/payouts", ("destination",)),  # no parent: the time bound does the narrowing
+    "credit_notes.create": ("/v1/credit_notes", ("invoice",)),
+    "invoiceitems.create": ("/v1/invoiceitems", ("invoice", "customer")),
+    "setup_intents.create": ("/v1/setup_intents", ("customer",)),
+    "checkout.sessions": ("/v1/checkout/sessions", ("customer",)),  # operation_for's name for the create
+}
+# Creates whose params accept ``metadata``: the wrapper stamps the intent there, which a lookup reads after 24 h,
+# a search where the resource is searchable, else a list (docs/providers/stripe.md lists which writes a lookup
+# settles).
+STAMPED_CREATES = frozenset({*(f"{resource}.create" for resource in SEARCHABLE), *LISTED_BY})
 # An action on an existing object took effect when the retrieved object shows one of these statuses.
 ACTION_DONE: Mapping[str, frozenset[str]] = {
     "payment_intents.confirm": frozenset({"succeeded", "processing", "requires_capture"}),
     "payment_intents.capture": frozenset({"succeeded"}),
     "payment_intents.cancel": frozenset({"canceled"}),
     "invoices.pay": frozenset({"paid"}),
+    "invoices.finalize": frozenset({"open", "paid", "uncollectible", "void"}),  # any status but draft
+    "setup_intents.confirm": frozenset({"succeeded", "processing"}),
     "subscriptions.delete": frozenset({"canceled"}),
 }
 # The methods that write: Stripe documents idempotency keys for POST only ("don't send idempotency keys in GET
@@ -95,8 +105,8 @@ SEARCH = LookupMethod(
 )
 RETRIEVE = LookupMethod(
     kind=LookupKind.RETRIEVE,
-    description="retrieve the object named in the request path (or list refunds by their parent) and read "
-    "its status: consistent reads, no lag",
+    description="retrieve the object named in the request path and read its status, or list a create's "
+    "parent's objects and match the stamped metadata: consistent reads, no lag",
     proves_absence=False,
 )
 
@@ -142,7 +152,7 @@ def contract_for(operation: str) -> ProviderContract:
     usable = [] if action == "delete" else [KEY_REPLAY]
     if action == "create" and resource in SEARCHABLE:
         usable.append(SEARCH)
-    if operation == "refunds.create" or operation in ACTION_DONE:
+    if operation in LISTED_BY or operation in ACTION_DONE:
         usable.append(RETRIEVE)
     update: dict[str, Any] = {"operation": operation, "lookups": tuple(usable)}
     if action == "delete":
@@ -311,8 +321,18 @@ def search_query(intent_key: str, tenant: str) -> str:
     return f"metadata['{METADATA_INTENT}']:{_quoted(intent_key)} AND metadata['{METADATA_TENANT}']:{_quoted(tenant)}"
 
 
-# amounts for the operator's list and the two-person rule; customer ids, never card data or emails
-SUMMARY_FIELDS = ("amount", "currency", "customer")
+# amounts for the operator's list and the two-person rule; customer ids, never card data or emails; the parent
+# ids a list lookup filters by (LISTED_BY)
+SUMMARY_FIELDS = (
+    "amount",
+    "currency",
+    "customer",
+    "payment_intent",
+    "charge",
+    "invoice",
+    "destination",
+    "transfer_group",
+)
 # writes that can move money even when the call names no amount (a confirm, a capture or refund of the whole
 # amount, paying an invoice, a subscription's invoice): their summary says "unknown", which the two-person rule
 # treats as large. When in doubt a write is listed: an operator's second look costs less than a missed one
@@ -348,12 +368,12 @@ UNKNOWN_AMOUNT = "unknown"
 def summary_for(
     path: str, params: Mapping[str, Any], method: str = "post", scope: Mapping[str, str] | None = None
 ) -> dict[str, str]:
-    """Operator-facing facts, ids and amounts only: the path, amount and currency, a refund's parent, and the
-    account the call acted on (``stripe_account`` / ``stripe_context``, see :func:`scope_of`)."""
+    """Operator-facing facts, ids and amounts only: the path, amount and currency, the parent a list lookup
+    filters by, and the account the call acted on (``stripe_account`` / ``stripe_context``, see :func:`scope_of`)."""
     summary = {"path": path.split("?", 1)[0], **(scope or {})}
     if method.lower() != "post":
         summary["method"] = method.lower()
-    for name in (*REFUND_PARENTS, *SUMMARY_FIELDS):
+    for name in SUMMARY_FIELDS:
         value = params.get(name)
         if isinstance(value, str | int) and not isinstance(value, bool):
             summary[name] = str(value)

@@ -29,6 +29,7 @@ from ._form import decode_form, decode_query, flat_query, parse_search
 from ._objects import KINDS, ApiError, Result, World
 
 _SEARCHABLE = ("payment_intents", "charges", "customers", "invoices", "subscriptions")
+_NAMESPACES = ("checkout",)  # resources a namespace holds: GET /v1/checkout/sessions lists kind "checkout.sessions"
 
 
 @dataclass(slots=True)
@@ -261,6 +262,14 @@ class FakeStripe:
             "charges.create": lambda _, p: w.create_charge(p),
             "invoices.create": lambda _, p: w.create_invoice(p),
             "invoices.pay": w.pay_invoice,
+            "invoices.finalize": w.finalize_invoice,
+            "credit_notes.create": lambda _, p: w.create_credit_note(p),
+            "invoiceitems.create": lambda _, p: w.create_invoice_item(p),
+            "transfers.create": lambda _, p: w.create_transfer(p),
+            "payouts.create": lambda _, p: w.create_payout(p),
+            "setup_intents.create": lambda _, p: w.create_setup_intent(p),
+            "setup_intents.confirm": w.confirm_setup_intent,
+            "checkout.sessions": lambda _, p: w.create_checkout_session(p),  # operation_for's name for the path
             "subscriptions.create": lambda _, p: w.create_subscription(p),
             "subscriptions.delete": w.cancel_subscription,
             "account_links.create": lambda _, p: w.create_account_link(p),
@@ -268,22 +277,20 @@ class FakeStripe:
         }
 
     def _read(self, request: FakeRequest, account: str) -> Result:
-        segments = request.path.strip("/").split("/")
-        kind = segments[1] if len(segments) > 1 else ""
-        if len(segments) < 2 or segments[0] != "v1" or kind not in KINDS or len(segments) > 3:
+        kind, rest = _collection(request.path)
+        if kind not in KINDS or len(rest) > 1:
             return Result(404, _error("invalid_request_error", f"Unrecognized request URL (GET: {request.path})."))
-        query = flat_query(request.query)
+        query = decode_query(request.query)
         with self._lock:
             self.world.account = account
-            if len(segments) == 3 and segments[2] == "search" and kind in _SEARCHABLE:
-                return self._search(kind, request.path, query.get("query", ""))
-            if len(segments) == 3:
-                try:
-                    found = self.world.get(kind, segments[2])
-                    return Result(200, self.world.expanded(found, decode_query(request.query).get("expand")))
-                except ApiError as missing:
-                    return Result(missing.status, missing.body)
-            listed = self.world.listed(kind, query)[: int(query.get("limit", "10"))]
+            if rest == ["search"] and kind in _SEARCHABLE:
+                return self._search(kind, request.path, str(query.get("query", "")))
+            try:
+                if rest:
+                    return Result(200, self.world.expanded(self.world.get(kind, rest[0]), query.get("expand")))
+                listed = self.world.listed(kind, query)[: int(query.get("limit", "10"))]
+            except ApiError as refused:
+                return Result(refused.status, refused.body)
             return Result(200, {"object": "list", "data": listed, "has_more": False, "url": request.path})
 
     def _search(self, kind: str, path: str, query: str) -> Result:
@@ -297,6 +304,16 @@ class FakeStripe:
         return Result(
             200, {"object": "search_result", "data": found, "has_more": False, "next_page": None, "url": path}
         )
+
+
+def _collection(path: str) -> tuple[str, list[str]]:
+    """``/v1/refunds/re_1`` → ``("refunds", ["re_1"])``, ``/v1/checkout/sessions`` → ``("checkout.sessions", [])``;
+    ``("", [])`` off the v1 API."""
+    segments = path.strip("/").split("/")
+    if len(segments) < 2 or segments[0] != "v1":
+        return "", []
+    width = 2 if segments[1] in _NAMESPACES else 1
+    return ".".join(segments[1 : 1 + width]), segments[1 + width :]
 
 
 def _error(type_: str, message: str, *, code: str | None = None) -> dict[str, Any]:

@@ -7,6 +7,7 @@ fake can count effects (a declined create still counts: the PaymentIntent exists
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,6 +23,7 @@ DECLINES: Mapping[str, tuple[str, str]] = {
     "tok_chargeDeclined": ("card_declined", "generic_decline"),
 }
 _CONFIRMABLE = frozenset({"requires_payment_method", "requires_confirmation"})
+_DEFAULT_EXTERNAL_ACCOUNT = "ba_Fdefault"  # where a payout with no destination goes: the account's default
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +86,50 @@ def _metadata(params: Mapping[str, Any], on: Mapping[str, str] | None = None) ->
     return merged
 
 
-KINDS = ("payment_intents", "charges", "refunds", "customers", "invoices", "subscriptions")
+# The kinds the fake holds, by the list filters it serves for each: every one a filter of that list in
+# stripe-python 16 (its ``*ListParams``), matched as equal to the object's field. ``created`` (a value or a
+# range), ``limit`` and ``expand`` are served on every list; any other parameter is refused, as Stripe refuses
+# one it does not know, so a lookup cannot lean on a filter Stripe does not have.
+LIST_FILTERS: Mapping[str, frozenset[str]] = {
+    "payment_intents": frozenset({"customer"}),
+    "charges": frozenset({"customer", "payment_intent", "transfer_group"}),
+    "refunds": frozenset({"payment_intent", "charge"}),
+    "customers": frozenset({"email"}),
+    "invoices": frozenset({"customer", "subscription"}),
+    "subscriptions": frozenset({"customer"}),
+    "transfers": frozenset({"destination", "transfer_group"}),
+    "payouts": frozenset({"destination", "status"}),
+    "credit_notes": frozenset({"customer", "invoice"}),
+    "invoiceitems": frozenset({"customer", "invoice"}),
+    "setup_intents": frozenset({"customer", "payment_method"}),
+    "checkout.sessions": frozenset({"customer", "payment_intent", "subscription", "status"}),
+}
+KINDS = tuple(LIST_FILTERS)
+_EVERY_LIST = frozenset({"created", "limit", "expand"})
+_RANGE: Mapping[str, Callable[[int, int], bool]] = {
+    "gt": operator.gt,
+    "gte": operator.ge,
+    "lt": operator.lt,
+    "lte": operator.le,
+}
+
+
+def _unknown_list_params(kind: str, query: Mapping[str, Any]) -> list[str]:
+    """The query's parameters a list of ``kind`` does not take (``created[x]`` for a range it has no ``x``)."""
+    unknown = sorted(set(query) - LIST_FILTERS[kind] - _EVERY_LIST)
+    created = query.get("created")
+    if isinstance(created, Mapping):
+        unknown += [f"created[{bound}]" for bound in sorted(set(created) - _RANGE.keys())]
+    return unknown
+
+
+def _created_in(obj: Mapping[str, Any], created: Any) -> bool:
+    """Does ``obj`` fall in a list's ``created`` filter: an exact Unix time, or a range (``created[gte]=...``)?"""
+    if created is None:
+        return True
+    if isinstance(created, Mapping):
+        return all(_RANGE[bound](obj["created"], int(value)) for bound, value in created.items())
+    return bool(obj["created"] == int(created))
 
 
 class World:
@@ -382,6 +427,171 @@ class World:
         invoice.update(status="paid", paid=True)
         return Result(200, invoice, effect=True)
 
+    def finalize_invoice(self, oid: str, params: Mapping[str, Any]) -> Result:
+        """A draft invoice becomes ``open`` (collecting it is left to ``invoices.pay``)."""
+        invoice = self.get("invoices", oid)
+        if invoice["status"] != "draft":
+            raise ApiError(400, "invalid_request_error", f"This invoice is already {invoice['status']}.")
+        invoice["status"] = "open"
+        return Result(200, invoice, effect=True)
+
+    def create_credit_note(self, params: Mapping[str, Any]) -> Result:
+        """A credit note of ``amount`` on an open or paid invoice (the fake takes no ``lines``)."""
+        invoice = self.get("invoices", str(_required(params, "invoice")))
+        if invoice["status"] not in ("open", "paid"):
+            raise ApiError(
+                400, "invalid_request_error", f"This invoice is {invoice['status']}: it cannot be credited.",
+                param="invoice",
+            )  # fmt: skip
+        note = self._new(
+            "credit_notes",
+            "cn",
+            {
+                "object": "credit_note",
+                "invoice": invoice["id"],
+                "customer": invoice["customer"],
+                "amount": _amount(params),
+                "status": "issued",
+                "reason": params.get("reason"),
+                "memo": params.get("memo"),
+                "metadata": _metadata(params),
+            },
+        )
+        return Result(200, note, effect=True)
+
+    def create_invoice_item(self, params: Mapping[str, Any]) -> Result:
+        """An invoice item of a customer: on a draft ``invoice`` when one is named, else pending (``invoice`` None)."""
+        customer = self.get("customers", str(_required(params, "customer")))
+        invoice = self.get("invoices", str(params["invoice"])) if params.get("invoice") else None
+        if invoice is not None and invoice["status"] != "draft":
+            raise ApiError(
+                400, "invalid_request_error", f"This invoice is {invoice['status']}: items go on a draft.",
+                param="invoice",
+            )  # fmt: skip
+        item = self._new(
+            "invoiceitems",
+            "ii",
+            {
+                "object": "invoiceitem",
+                "customer": customer["id"],
+                "invoice": invoice["id"] if invoice else None,
+                "amount": _amount(params),
+                "currency": str(_required(params, "currency")),
+                "description": params.get("description"),
+                "metadata": _metadata(params),
+            },
+        )
+        return Result(200, item, effect=True)
+
+    # -- Connect money movement ---------------------------------------------------------------------------
+
+    def create_transfer(self, params: Mapping[str, Any]) -> Result:
+        """A transfer to a connected account (the fake keeps no accounts: any ``destination`` is taken)."""
+        transfer = self._new(
+            "transfers",
+            "tr",
+            {
+                "object": "transfer",
+                "amount": _amount(params),
+                "currency": str(_required(params, "currency")),
+                "destination": str(_required(params, "destination")),
+                "transfer_group": params.get("transfer_group"),
+                "description": params.get("description"),
+                "amount_reversed": 0,
+                "reversed": False,
+                "metadata": _metadata(params),
+            },
+        )
+        return Result(200, transfer, effect=True)
+
+    def create_payout(self, params: Mapping[str, Any]) -> Result:
+        """A payout to ``destination``, else to the account's default external account; pending, arriving in 2
+        days."""
+        payout = self._new(
+            "payouts",
+            "po",
+            {
+                "object": "payout",
+                "amount": _amount(params),
+                "currency": str(_required(params, "currency")),
+                "destination": params.get("destination") or _DEFAULT_EXTERNAL_ACCOUNT,
+                "method": params.get("method", "standard"),
+                "status": "pending",
+                "arrival_date": int(self.clock().timestamp()) + 2 * 86400,
+                "description": params.get("description"),
+                "metadata": _metadata(params),
+            },
+        )
+        return Result(200, payout, effect=True)
+
+    # -- setup intents and checkout sessions --------------------------------------------------------------
+
+    def create_setup_intent(self, params: Mapping[str, Any]) -> Result:
+        """A SetupIntent; ``confirm=true`` confirms it at once. Every payment method sets up (a decline test card
+        declines charges, not setups)."""
+        if "customer" in params:
+            self.get("customers", str(params["customer"]))
+        if params.get("confirm") == "true":
+            _required(params, "payment_method")  # checked before the SetupIntent exists
+        setup = self._new(
+            "setup_intents",
+            "seti",
+            {
+                "object": "setup_intent",
+                "customer": params.get("customer"),
+                "payment_method": params.get("payment_method"),
+                "usage": params.get("usage", "off_session"),
+                "description": params.get("description"),
+                "status": "requires_confirmation" if params.get("payment_method") else "requires_payment_method",
+                "metadata": _metadata(params),
+            },
+        )
+        if params.get("confirm") == "true":
+            return self.confirm_setup_intent(setup["id"], {})
+        return Result(200, setup, effect=True)
+
+    def confirm_setup_intent(self, oid: str, params: Mapping[str, Any]) -> Result:
+        setup = self.get("setup_intents", oid)
+        if setup["status"] not in _CONFIRMABLE:
+            raise ApiError(
+                400, "invalid_request_error", f"This SetupIntent's status is {setup['status']}.",
+                code="setup_intent_unexpected_state",
+            )  # fmt: skip
+        payment_method = params.get("payment_method") or setup["payment_method"]
+        if not payment_method:
+            raise ApiError(
+                400, "invalid_request_error", "You must provide a payment method.",
+                code="setup_intent_unexpected_state", param="payment_method",
+            )  # fmt: skip
+        setup.update(payment_method=payment_method, status="succeeded")
+        return Result(200, setup, effect=True)
+
+    def create_checkout_session(self, params: Mapping[str, Any]) -> Result:
+        """An open Checkout Session; ``payment`` and ``subscription`` modes need ``line_items``."""
+        mode = str(_required(params, "mode"))
+        if mode not in ("payment", "setup", "subscription"):
+            raise ApiError(400, "invalid_request_error", f"Invalid mode: {mode}.", param="mode")
+        if mode != "setup":
+            _required(params, "line_items")
+        if "customer" in params:
+            self.get("customers", str(params["customer"]))
+        session = self._new(
+            "checkout.sessions",
+            "cs",
+            {
+                "object": "checkout.session",
+                "mode": mode,
+                "customer": params.get("customer"),
+                "status": "open",
+                "payment_status": "no_payment_required" if mode == "setup" else "unpaid",
+                "success_url": params.get("success_url"),
+                "expires_at": int(self.clock().timestamp()) + 86400,
+                "metadata": _metadata(params),
+            },
+        )
+        session["url"] = f"https://checkout.stripe.com/c/pay/{session['id']}"
+        return Result(200, session, effect=True)
+
     # -- links and sessions: created, never retrieved --------------------------------------------------------
 
     def create_account_link(self, params: Mapping[str, Any]) -> Result:
@@ -459,11 +669,19 @@ class World:
 
     # -- reads --------------------------------------------------------------------------------------------
 
-    def listed(self, kind: str, filters: Mapping[str, str]) -> list[dict[str, Any]]:
-        """Objects of ``kind`` matching the list filters the fake knows (parents), newest first."""
-        known = {k: v for k, v in filters.items() if k in ("payment_intent", "charge", "customer")}
+    def listed(self, kind: str, query: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Objects of ``kind`` matching the list's filters and ``created``, newest first; a parameter the list
+        does not take is refused."""
+        unknown = _unknown_list_params(kind, query)
+        if unknown:
+            raise ApiError(400, "invalid_request_error", f"Received unknown parameter: {unknown[0]}", param=unknown[0])
+        filters = {name: value for name, value in query.items() if name in LIST_FILTERS[kind]}
         found = [
-            o for o in self.objects[kind].values() if self._visible(o) and all(o.get(k) == v for k, v in known.items())
+            o
+            for o in self.objects[kind].values()
+            if self._visible(o)
+            and _created_in(o, query.get("created"))
+            and all(o.get(name) == value for name, value in filters.items())
         ]
         return sorted(found, key=lambda o: o["id"], reverse=True)
 
