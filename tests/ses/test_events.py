@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 
 import ses_safe
 from safe_effects import (
+    EffectDeferred,
     EffectStatus,
     EffectUnknown,
     EvidenceVerdict,
@@ -34,6 +35,31 @@ def unknown_send(sesv2: Any, proxy: MotoFaultProxy, moto: str, v2_email: dict[st
         sesv2.send_email(IntentKey=KEY, **v2_email)
     [sent] = moto_sent_messages(moto)
     return sent["id"], intent_tags(intent_tag(IntentKey.parse(KEY)), tenant_tag("default"))
+
+
+def test_a_send_deferred_under_one_configuration_set_and_sent_under_another_is_settled_by_the_new_sets_events(
+    ledger: Ledger, wrapped: Any, proxy: MotoFaultProxy, moto: str, v2_email: dict[str, Any]
+) -> None:
+    """The deploys review: release A's send was throttled (prepared); release B, whose client has another
+    default configuration set, sent it and lost the answer. The record still named A's set, so B's set's events
+    were refused as another account's and the send stayed unknown for good. A claim now records the summary of
+    what it sends."""
+    proxy.refuse_sends("TooManyRequestsException", status=429, times=ledger.retry.max_attempts)  # every attempt
+    with pytest.raises(EffectDeferred):
+        wrapped("sesv2", configuration_set="cs-old").send_email(IntentKey=KEY, **v2_email)
+    assert ledger.get(KEY).summary["configuration_set"] == "cs-old"
+    proxy.inject(Fault.drop_after_commit())
+    with pytest.raises(EffectUnknown):
+        wrapped("sesv2", configuration_set="cs-new").send_email(IntentKey=KEY, **v2_email)
+    [sent] = moto_sent_messages(moto)
+    assert json.loads(proxy.sends()[-1].body)["ConfigurationSetName"] == "cs-new"
+    assert ledger.get(KEY).summary["configuration_set"] == "cs-new"
+    tags = intent_tags(intent_tag(IntentKey.parse(KEY)), tenant_tag("default"))
+    delivered = ses_event("Delivery", message_id=sent["id"], tags=tags, configuration_set="cs-new")
+    assert ingest_event(ledger, sns_envelope(delivered)).outcome is IngestOutcome.RECORDED
+    record = ledger.get(KEY)
+    assert (record.status, record.provider_result_id) == (EffectStatus.CONFIRMED, sent["id"])
+    assert len(moto_sent_messages(moto)) == 1
 
 
 def test_tenant_tag_escapes_what_ses_tags_forbid_injectively() -> None:

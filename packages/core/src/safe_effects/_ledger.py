@@ -720,7 +720,7 @@ class Ledger:
                 if record.status is S.PREPARED and (reason := self._reconcile_before_resend(record, contract)):
                     record = self._unknown_again(record, reason)
                 if record.status is S.PREPARED:
-                    return self._dispatch(adapter, request, self._claim(record), contract)
+                    return self._dispatch(adapter, request, self._claim(record, request), contract)
                 if record.status is S.UNKNOWN:
                     return self._reconcile_for_caller(adapter, request, record, contract)
                 if self._unsent.takes(record, self.worker_id):
@@ -819,9 +819,13 @@ class Ledger:
         recorded = self.store.evidence_for(record.tenant, record.intent_key, verdicts=verdicts)
         return [e for e in recorded if e.provider == record.provider and _about(e, record, allowance)]
 
-    def _claim(self, record: EffectRecord, *, reason: str = "claim") -> EffectRecord:
+    def _claim(self, record: EffectRecord, request: EffectRequest, *, reason: str = "claim") -> EffectRecord:
+        """Take ``record`` to send ``request`` (its digest checked equal). The summary becomes this request's: a
+        client setting the digest leaves out (SES's default configuration set, which its events are checked
+        against) may have changed since the record was made, by a deploy, and this send goes out with it."""
         now, tag = self.clock(), self._unsent.tag()
         changes = {
+            "summary": request.summary,
             "lease_owner": self.worker_id,
             "lease_expires_at": now + self.lease.duration,
             "lease_token": tag,
@@ -1345,12 +1349,12 @@ class Ledger:
         if settled is None and contract.can_replay(
             record.first_dispatched_at, self.clock(), last_error_code=record.last_error_code
         ):
-            claimed = self._claim(record, reason="same-key replay within the provider's retention window")
+            claimed = self._claim(record, request, reason="same-key replay within the provider's retention window")
             return self._dispatch(adapter, request, claimed, contract, method="key_replay")
         if settled is None:
             settled, _ = self._settle_by_lookup(adapter, record)
         if settled is not None and settled.status is S.PREPARED:  # proven absent, where the contract allows
-            return self._dispatch(adapter, request, self._claim(settled, reason="redispatch"), contract)
+            return self._dispatch(adapter, request, self._claim(settled, request, reason="redispatch"), contract)
         if settled is not None and settled.status in (S.CONFIRMED, S.COMPENSATED):
             return Receipt(record=settled, from_ledger=True)
         if settled is not None and settled.status is S.REJECTED:
