@@ -168,8 +168,11 @@ def test_same_key_other_params_is_refused_before_sending(env: Env, caplog: pytes
     assert [r.getMessage() for r in caplog.records] == [str(conflict.value)]  # the worker's log names the key
     assert KEY in caplog.text
 
-    assert "give a new or corrected action a new key, e.g. 'invoice:inv_42:collect:v2'. " in str(conflict.value)
-    assert "But the recorded request reached the provider: if this call retries" in str(conflict.value)
+    message = str(conflict.value)
+    assert "The recorded request reached the provider: if this call is that same action" in message
+    assert "do not give it a new key, which would make it twice" in message
+    assert "collect:v2" not in message  # a deploys review followed the suggested :v2 after a charge: charged twice
+    assert conflict.value.record == before  # a job reads what to do from its status: confirmed, so done
     # worker logs keep the message: no digest (nor a prefix of one) that would confirm a guess of the params
     for digest in (before.request_digest, conflict.value.new_digest):
         assert digest.removeprefix("sha256:")[:8] not in str(conflict.value)
@@ -186,7 +189,7 @@ def test_a_conflict_warns_that_a_new_key_may_repeat_an_action_that_went_out(env:
     env.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
     with pytest.raises(EffectUnknown):
         env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
-    with pytest.raises(IntentConflict, match=r"unknown with .* the recorded request may have reached the provider"):
+    with pytest.raises(IntentConflict, match=r"unknown with .* The recorded request may have reached the provider"):
         env.ledger.execute(env.adapter, other, intent_key=KEY)
     fresh = "invoice:inv_43:collect:v1"
     env.ledger.prepare(env.adapter, CHARGE, intent_key=fresh)

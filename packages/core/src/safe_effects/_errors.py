@@ -116,7 +116,12 @@ class MissingIntentKey(InvalidInput):
 
 
 class IntentConflict(SafeEffectsError):
-    """The intent key is already recorded with a different request digest: refused before sending."""
+    """The intent key is already recorded with a different request digest: refused before sending.
+
+    ``record`` is the recorded intent when the ledger raised it: a job tells from its status what to do (done
+    when confirmed; in doubt, like :class:`EffectUnknown`, when unknown or in flight; a new version only when
+    prepared or rejected, nothing having gone out).
+    """
 
     code = "intent_conflict"
 
@@ -130,12 +135,14 @@ class IntentConflict(SafeEffectsError):
         recorded_as: str | None = None,
         next_key: str | None = None,
         reached_provider: str | None = None,
+        record: EffectRecord | None = None,
     ) -> None:
         """``recorded_as`` says what the key holds (``stripe payment_intents.create, confirmed``): a conflict is
         as often another operation under a reused key as other parameters. ``next_key`` is the one to suggest.
-        ``reached_provider`` ("reached", "may have reached") warns that the recorded request went out: then
-        this call is as likely a retry whose request was built anew (a fresh MIME boundary, a timestamp), and a
-        new key would make the action twice.
+        ``reached_provider`` ("reached", "may have reached") says the recorded request went out: then this call
+        is as likely a retry whose request was built anew (a deploy that changed how it is built, a fresh MIME
+        boundary, a timestamp), and a new key would make the action twice, so that comes first and no key is
+        suggested.
 
         The message quotes neither digest: an unkeyed SHA-256 of low-entropy params (a templated email to one
         address) confirms a guess of them, and worker logs reach more people than the database does. The
@@ -144,19 +151,22 @@ class IntentConflict(SafeEffectsError):
         self.intent_key = intent_key
         self.recorded_digest = recorded_digest
         self.new_digest = new_digest
+        self.record = record
         holds = f" for {recorded_as}" if recorded_as else ""
-        suggested = repr(next_key) if next_key else "the next version of this key"
-        caution = (
-            ""
-            if reached_provider is None
-            else f". But the recorded request {reached_provider} the provider: if this call retries that same "
-            "action with its request built anew (a fresh MIME boundary, a new timestamp), a new key makes it "
-            "twice; build the request as the first call did instead"
-        )
+        if reached_provider is None:
+            suggested = repr(next_key) if next_key else "the next version of this key"
+            advice = f"A key names one action: give a new or corrected action a new key, e.g. {suggested}"
+        else:
+            advice = (
+                f"The recorded request {reached_provider} the provider: if this call is that same action with its "
+                "request built anew (a deploy that changed how it is built, a fresh MIME boundary, a new "
+                "timestamp), do not give it a new key, which would make it twice: build the request as the "
+                "first call did, or treat the action as done (or, while it is unknown, in doubt). Only another "
+                "action takes a new key"
+            )
         super().__init__(
             f"intent {intent_key!r} (tenant {tenant!r}) was recorded{holds} with another request digest than "
-            "this call's: same key, other parameters or operation. "
-            f"A key names one action: give a new or corrected action a new key, e.g. {suggested}{caution}"
+            f"this call's: same key, other parameters or operation. {advice}"
         )
 
 

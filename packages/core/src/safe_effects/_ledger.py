@@ -1468,6 +1468,7 @@ class Ledger:
                 recorded_as=recorded_as,
                 next_key=next_key,
                 reached_provider=_REACHED_PROVIDER.get(record.status),
+                record=record,
             )
             _log.warning("%s", conflict)  # a caller's bug: the runbook sends the operator to this line for the key
             raise conflict
