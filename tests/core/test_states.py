@@ -12,6 +12,7 @@ S = EffectStatus
 ALLOWED = {
     (S.PREPARED, S.IN_FLIGHT),
     (S.PREPARED, S.UNKNOWN),
+    (S.PREPARED, S.REJECTED),  # an operator's withdrawal: nothing was sent
     (S.IN_FLIGHT, S.CONFIRMED),
     (S.IN_FLIGHT, S.REJECTED),
     (S.IN_FLIGHT, S.UNKNOWN),

@@ -13,6 +13,8 @@ from typer.testing import CliRunner
 
 from safe_effects import (
     ApprovalState,
+    EffectRejected,
+    EffectRequest,
     EffectStatus,
     Evidence,
     EvidenceVerdict,
@@ -103,6 +105,27 @@ def test_resolve_refuses_unknown_intent_and_settled_records(ops: Ops) -> None:
     assert "is confirmed: only an unknown intent can be resolved" in settled.stderr
     assert ops.ledger.get(KEY) == record
     assert ops.trail(KEY) == trail
+
+
+def test_a_prepared_intent_never_sent_can_be_withdrawn_as_rejected_and_then_never_goes(ops: Ops) -> None:
+    """The deploys review left a v1 prepared (refused credentials), then went on under :v2: v1 stayed open in
+    every listing and gauge for good, as resolve took only unknowns. Withdrawn, a late execute of it (a relay,
+    a retried job) is told it was rejected, and nothing is sent."""
+    request = EffectRequest(operation="charge", params={"amount": 100})
+    prepared = ops.ledger.prepare(ops.adapter, request, intent_key=KEY)
+    confirm = resolve(ops, *CONFIRM, version=prepared.version)
+    assert confirm.exit_code == 1  # nothing was sent: there is nothing to confirm
+    assert "prepared one (never sent) withdrawn as rejected" in confirm.stderr
+    withdrawn = resolve(ops, "--as", "rejected", version=prepared.version)
+    assert withdrawn.exit_code == 0, withdrawn.output
+    record = ops.ledger.get(KEY)
+    assert (record.status, record.updated_by) == (EffectStatus.REJECTED, "operator:alice")
+    assert [(a.from_status, a.to_status) for a in ops.ledger.store.audit_trail("default", KEY)] == [
+        ("prepared", "rejected")
+    ]
+    with pytest.raises(EffectRejected, match="rejected by operator alice"):
+        ops.ledger.execute(ops.adapter, request, intent_key=KEY)
+    assert ops.fake.requests() == []
 
 
 def test_two_person_rule_parks_then_another_operator_applies(ops: Ops) -> None:

@@ -467,8 +467,9 @@ class Ledger:
         detail: Mapping[str, Any] | None = None,
         approval: Approval | None = None,
     ) -> EffectRecord:
-        """Move an unknown record to confirmed or rejected, conditional on the state the caller saw; or correct a
-        rejected one to confirmed, when its own provider's evidence on record says it acted.
+        """Move an unknown record to confirmed or rejected, conditional on the state the caller saw; withdraw a
+        prepared one (never sent) as rejected; or correct a rejected one to confirmed, when its own provider's
+        evidence on record says it acted.
 
         ``detail`` lands in the audit row (operator, approver) next to the reason, after what was decided: the
         resolution's method and evidence reference and the provider's id, so the trail says it on its own (the
@@ -480,7 +481,7 @@ class Ledger:
         self._clock_guard.check()
         to = settled_status(to)
         if not resolvable(record.status, to):
-            why = "only an unknown intent is settled (a rejected one corrected to confirmed)"
+            why = "only an unknown intent is settled (a prepared one withdrawn as rejected, a rejected one corrected)"
             raise IllegalTransition(record.status, to, record.intent_key, why=why)
         if record.status is S.REJECTED and not self._acted_evidence(record):
             why = "a rejected intent is corrected only on its provider's own evidence that it acted: none on record"

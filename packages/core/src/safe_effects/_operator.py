@@ -273,8 +273,8 @@ class Operator:
         return confirmed_at is not None and confirmed_at <= expect_version
 
     def _current(self, intent_key: IntentKey | str, tenant: str, expect_version: int, to: EffectStatus) -> EffectRecord:
-        """The record, if it is still the unknown (or, to confirm, rejected) one at the version the operator
-        looked at."""
+        """The record, if it is still the unknown (or, to withdraw, prepared; to confirm, rejected) one at the
+        version the operator looked at."""
         record = self.ledger.get(intent_key, tenant=tenant)
         if record.version != expect_version:
             raise StaleRecord(
@@ -284,8 +284,8 @@ class Operator:
         if not resolvable(record.status, to):
             hint = " (run `reconcile` first if its lease expired)" if record.status is S.IN_FLIGHT else ""
             raise InvalidInput(
-                f"intent {record.intent_key!r} is {record.status}: only an unknown intent can be resolved, and a "
-                f"rejected one corrected to confirmed{hint}"
+                f"intent {record.intent_key!r} is {record.status}: only an unknown intent can be resolved, a "
+                f"prepared one (never sent) withdrawn as rejected, and a rejected one corrected to confirmed{hint}"
             )
         if record.status is S.REJECTED and not self.ledger._acted_evidence(record):
             raise InvalidInput(

@@ -21,8 +21,9 @@ S = EffectStatus
 
 TRANSITIONS: Mapping[EffectStatus, frozenset[EffectStatus]] = {
     # claimed by a worker; UNKNOWN again when an intent reopened by a lookup is retried after the key window
-    # that made the reopen safe has closed
-    S.PREPARED: frozenset({S.IN_FLIGHT, S.UNKNOWN}),
+    # that made the reopen safe has closed; REJECTED when an operator withdraws it (nothing was sent: an intent
+    # the application has given up on, say one superseded by a new version, would otherwise stay open for good)
+    S.PREPARED: frozenset({S.IN_FLIGHT, S.UNKNOWN, S.REJECTED}),
     # outcome of a dispatch; PREPARED when retryable refusals ran out before anything happened
     S.IN_FLIGHT: frozenset({S.CONFIRMED, S.REJECTED, S.UNKNOWN, S.PREPARED}),
     # reconciliation: lookup or operator settles it; IN_FLIGHT for a same-key replay; PREPARED when the
@@ -54,6 +55,11 @@ def settled_status(to: object) -> EffectStatus:
 
 
 def resolvable(status: EffectStatus, to: EffectStatus) -> bool:
-    """Whether a record in ``status`` may be settled as ``to``: an unknown one either way; a rejected one only
-    to confirmed, as a correction (the caller checks the provider's evidence that it acted)."""
-    return status is S.UNKNOWN or (status is S.REJECTED and to is S.CONFIRMED)
+    """Whether a record in ``status`` may be settled as ``to``: an unknown one either way; a prepared one only
+    to rejected, withdrawn before anything was sent; a rejected one only to confirmed, as a correction (the
+    caller checks the provider's evidence that it acted)."""
+    return (
+        status is S.UNKNOWN
+        or (status is S.PREPARED and to is S.REJECTED)
+        or (status is S.REJECTED and to is S.CONFIRMED)
+    )
