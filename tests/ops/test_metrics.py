@@ -42,6 +42,9 @@ if TYPE_CHECKING:
     from conftest import DatabaseProxy, Ops
 
 
+KEY_A = "invoice:a:collect:v1"
+
+
 def samples(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
     return {
         tuple(sorted(s.labels.items())): s.value
@@ -201,6 +204,21 @@ def test_postgres_going_away_shows_as_down_at_every_scrape_within_seconds(
         impatient.close()
         with psycopg.connect(pg_url, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def test_an_observer_without_the_tenant_label_counts_every_tenant_under_one_series(ops: Ops) -> None:
+    """Thousands of tenants made a series each per label set and worker; the label can be left out whole."""
+    registry = CollectorRegistry()
+    ledger = Ledger(ops.ledger.store, observer=PrometheusObserver(registry, tenant_label=False))
+    for tenant in ("acme", "globex"):
+        ledger.execute(
+            ops.adapter, EffectRequest(operation="charge", params={"t": tenant}), intent_key=KEY_A, tenant=tenant
+        )
+    names = {sample.labels.get("tenant") for metric in registry.collect() for sample in metric.samples}
+    assert names <= {None, ""}  # no tenant named anywhere
+    labels = {"tenant": "", "provider": "fake", "outcome": "confirmed"}
+    assert registry.get_sample_value("safe_effects_dispatches_total", labels) == 2
+    assert len(ops.fake.effects()) == 2
 
 
 def test_observer_counts_conflicts_reconciliations_and_compensations(ops: Ops) -> None:
