@@ -493,8 +493,11 @@ class Ledger:
         check_plain_json(resolution.model_dump(exclude_none=True), "the resolution")
         if detail is not None:
             check_plain_json(detail, "the audit detail")
-        decided = {"method": resolution.method, "evidence": resolution.evidence}
-        decided["provider_result_id"] = provider_result_id
+        decided = {
+            "method": resolution.method,
+            "evidence": resolution.evidence,
+            "provider_result_id": provider_result_id,
+        }
         detail = {**{name: value for name, value in decided.items() if value is not None}, **(detail or {})}
         now = self.clock()
         changes: dict[str, Any] = {"resolved_at": now, "resolution": resolution, **_NO_LEASE}
