@@ -16,6 +16,8 @@ import pytest
 from safe_effects import (
     DEFAULT_MAX_CLOCK_SKEW,
     ClockSkewed,
+    CrashPlan,
+    CrashPoint,
     EffectRequest,
     EffectStatus,
     Evidence,
@@ -25,7 +27,9 @@ from safe_effects import (
     LeasePolicy,
     Ledger,
     LedgerUnavailable,
+    Reconciler,
     Resolution,
+    SimulatedCrash,
     open_store,
     system_clock,
 )
@@ -117,6 +121,29 @@ def test_a_worker_whose_clock_is_off_writes_and_sends_nothing(
     assert sound.get(KEY) == unknown
     receipt = sound.execute(adapter, CHARGE, intent_key=KEY)  # a worker within the bound goes on as ever
     assert receipt.record.status is EffectStatus.CONFIRMED
+    assert len(fake.effects()) == 1
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_reconciler_whose_clock_is_fast_sweeps_nothing_and_takes_no_live_call_over(
+    store_url: str, fake: GenericFakeProvider, ledgers: list[Ledger]
+) -> None:
+    """The QA review: the sweep judged leases by its own clock outside the guarded calls, so a reconciler 10 min
+    fast turned a live call unknown, and with lookups that prove absence a sound worker's retry sent it twice."""
+    adapter = GenericFakeAdapter(fake, generic_contract(dedupe=False, lookup_proves_absence=True))
+    worker = _open(
+        ledgers, store_url, ShiftedClock(timedelta(0)), crash_plan=CrashPlan.crash_at(CrashPoint.AFTER_RESPONSE)
+    )
+    with pytest.raises(SimulatedCrash):  # its call is still live: the lease runs for two minutes
+        worker.execute(adapter, CHARGE, intent_key=KEY)
+    live = worker.get(KEY)
+    fast = _open(ledgers, store_url, ShiftedClock(timedelta(minutes=10)))
+    with pytest.raises(ClockSkewed):
+        Reconciler(fast, {"fake": adapter}).run_once()
+    with pytest.raises(ClockSkewed):
+        fast._expire_lease(live)
+    assert worker.get(KEY) == live  # still the live worker's
     assert len(fake.effects()) == 1
 
 

@@ -174,7 +174,9 @@ class Reconciler:
 
     def run_once(self, *, limit: int = 100) -> ReconcileReport:
         """One sweep over at most ``limit`` records per provider; inconclusive ones stay unknown for the next
-        run or a person."""
+        run or a person. A reconciler whose clock is off sweeps nothing (:class:`ClockSkewed`): it judges every
+        lease by that clock, and would take live calls over."""
+        self.ledger._clock_guard.check()
         deferred: set[str] = set()  # providers whose lookups wait for the next sweep
         items: list[ReconcileItem] = []
         looked_at: dict[str, Position | None] = {}  # per provider, the last record this sweep looked at
