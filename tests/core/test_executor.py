@@ -221,6 +221,25 @@ def test_a_new_version_while_an_earlier_one_may_have_acted_is_refused_before_any
     assert len(env.fake.effects()) == 2
 
 
+def test_a_new_version_while_an_earlier_one_is_prepared_waits_for_its_withdrawal(env: Env) -> None:
+    """The QA review: v1 prepared (its send refused), the job moved to v2 as the docs said, and an older worker
+    (or a relay) then sent v1 with its old request: two charges. A prepared v1 may still be sent."""
+    env.ledger.prepare(env.adapter, CHARGE, intent_key=KEY)
+    new_request = EffectRequest(operation="charge", params={"amount": 2100, "currency": "eur"})
+    with pytest.raises(EarlierVersionInDoubt, match=rf"'{KEY}' is prepared: that one may still be sent") as refused:
+        env.ledger.execute(env.adapter, new_request, intent_key=V2)
+    assert "Withdraw" in str(refused.value)
+    assert env.fake.effects() == []
+    withdrawn = env.ledger.settle(
+        env.record(), EffectStatus.REJECTED, resolution=Resolution(method="operator", operator="bob"), actor="bob"
+    )
+    assert withdrawn.status is EffectStatus.REJECTED
+    assert env.ledger.execute(env.adapter, new_request, intent_key=V2).record.status is EffectStatus.CONFIRMED
+    with pytest.raises(EffectRejected, match="operator bob"):  # the older worker's send of v1: refused, not sent
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    assert len(env.fake.effects()) == 1
+
+
 def test_a_new_version_after_a_rejected_or_never_sent_one_goes_at_once(env: Env) -> None:
     env.fake.fail_next(FakeFailure.DECLINED)
     with pytest.raises(EffectRejected):

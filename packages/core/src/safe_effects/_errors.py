@@ -119,8 +119,9 @@ class IntentConflict(SafeEffectsError):
     """The intent key is already recorded with a different request digest: refused before sending.
 
     ``record`` is the recorded intent when the ledger raised it: a job tells from its status what to do (done
-    when confirmed; in doubt, like :class:`EffectUnknown`, when unknown or in flight; a new version only when
-    prepared or rejected, nothing having gone out).
+    when confirmed; in doubt, like :class:`EffectUnknown`, when unknown or in flight; a new version when
+    rejected, nothing having gone out; when prepared, nothing went out yet, but a relay may still send it:
+    withdraw it first, as :class:`EarlierVersionInDoubt` asks).
     """
 
     code = "intent_conflict"
@@ -171,22 +172,31 @@ class IntentConflict(SafeEffectsError):
 
 
 class EarlierVersionInDoubt(SafeEffectsError):
-    """A new version of an intent key (``...:v2``) while an earlier one (``...:v1``) is unknown or in flight.
+    """A new version of an intent key (``...:v2``) while an earlier one (``...:v1``) is unknown, in flight or
+    prepared.
 
-    The earlier one may have acted at its provider, so the new one could do the same thing twice: the forensics
-    review charged an invoice twice this way (v1 lost its answer, the app sent v2, a lookup then found v1's
-    charge). Refused before anything is recorded or sent; settle the earlier version first.
+    The earlier one may have acted at its provider, or (prepared) may still be sent by an outbox relay or an
+    older worker, so the new one could do the same thing twice: the forensics review charged an invoice twice
+    this way (v1 lost its answer, the app sent v2, a lookup then found v1's charge). Refused before anything is
+    recorded or sent; settle the earlier version first, or withdraw a prepared one.
     """
 
     code = "earlier_version_in_doubt"
 
     def __init__(self, tenant: str, intent_key: str, earlier: str, earlier_status: str, provider: str) -> None:
         self.tenant, self.intent_key, self.earlier, self.earlier_status = tenant, intent_key, earlier, earlier_status
+        if earlier_status == "prepared":
+            why = f"that one may still be sent to {provider} (an outbox relay, an older worker)"
+            settle = f"Withdraw {earlier!r} first (`safe-effects resolve ... --as rejected`), or send it instead"
+        else:
+            why = f"that one may have acted at {provider}"
+            settle = (
+                f"Settle {earlier!r} first (retry it with its own request, run `safe-effects reconcile`, or have an "
+                "operator resolve it), then send this one only if it did not act"
+            )
         super().__init__(
             f"intent {intent_key!r} (tenant {tenant!r}) is a new version while {earlier!r} is {earlier_status}: "
-            f"that one may have acted at {provider}, so this one could do it twice; nothing was recorded or sent. "
-            f"Settle {earlier!r} first (retry it with its own request, run `safe-effects reconcile`, or have an "
-            "operator resolve it), then send this one only if it did not act"
+            f"{why}, so this one could do it twice; nothing was recorded or sent. {settle}"
         )
 
 

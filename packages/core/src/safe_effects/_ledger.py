@@ -91,10 +91,10 @@ def _answered_alike(current: EffectRecord, to: EffectStatus, result_id: str | No
     return to is not S.UNKNOWN and current.status is to and current.provider_result_id == result_id
 
 
-# a new version of a key waits for the earlier ones that may have acted (EarlierVersionInDoubt): the nearest
-# ten are read, one primary-key read each, only for a key past v1
+# a new version of a key waits for the earlier ones that may have acted, or may still be sent by a relay or an
+# older worker (EarlierVersionInDoubt): the nearest ten are read, one primary-key read each, only past v1
 _EARLIER_VERSIONS_CHECKED = 10
-_IN_DOUBT = frozenset({S.UNKNOWN, S.IN_FLIGHT})
+_IN_DOUBT = frozenset({S.UNKNOWN, S.IN_FLIGHT, S.PREPARED})
 
 # how far the clocks of the processes that write audit rows (or stamp events an operator's resolution must not
 # contradict) may run behind the one that created a record; a purged record's audit rows are older than the
@@ -673,8 +673,9 @@ class Ledger:
         )
 
     def _refuse_while_earlier_in_doubt(self, fresh: EffectRecord) -> None:
-        """A new version of a key is refused while one of the versions before it may have acted unseen
-        (:class:`EarlierVersionInDoubt`); a version already recorded goes on (a retry, a reconciliation)."""
+        """A new version of a key is refused while one of the versions before it may have acted unseen, or is
+        prepared and may still be sent (:class:`EarlierVersionInDoubt`); a version already recorded goes on (a
+        retry, a reconciliation)."""
         *head, version = fresh.intent_key.parts
         number = int(version[1:])
         # from v1 (the first version by convention; a v1 reads nothing) up to this one, the nearest first

@@ -75,8 +75,9 @@ def resolve(
     approval_threshold: Thresholds = None,
     as_json: AsJson = False,
 ) -> None:
-    """Settle an unknown intent as confirmed or rejected, if it is still at the version you looked at; or
-    correct a rejected one to confirmed, when its provider's own answer or event says it acted."""
+    """Settle an unknown intent as confirmed or rejected, if it is still at the version you looked at; withdraw
+    a prepared one (never sent) as rejected; or correct a rejected one to confirmed, when its provider's own
+    answer or event says it acted."""
     thresholds = ApprovalThresholds.configured(*(approval_threshold or []))
     with opened(store, worker_id=actor(operator)) as ledger:
         decision = Operator(ledger, thresholds=thresholds).resolve(
@@ -112,7 +113,8 @@ def approve(
 def decline(
     key: str, store: StoreUrl, operator: OperatorName, reason: ReasonText, tenant: Tenant = DEFAULT_TENANT
 ) -> None:
-    """Refuse a pending resolution (or withdraw your own); the intent stays as it is (unknown, or rejected)."""
+    """Refuse a pending resolution (or withdraw your own); the intent stays as it is (unknown, prepared or
+    rejected)."""
     with opened(store, worker_id=actor(operator)) as ledger:
         decision = Operator(ledger).decline(key, operator=operator, reason=reason, tenant=tenant)
     emit(f"declined: {decision.record.intent_key} stays {decision.record.status} v{decision.record.version}")
