@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import pytest
+
+from safe_effects import EffectDeferred, Ledger, Operator, RetryPolicy
 from safe_effects.testing import FakeFailure
 
 if TYPE_CHECKING:
@@ -103,3 +106,27 @@ def test_the_same_compensation_again_refuses_a_version_never_shown(ops: Ops) -> 
     assert ops.cli_json(*compensate_args(seen))["from_ledger"] is True  # answered from the ledger
     assert ops.ledger.get(KEY) == done
     assert len(ops.fake.effects(f"default/{REFUND}")) == 1
+
+
+def test_a_compensation_sent_again_by_another_operator_keeps_who_asked_first_on_the_trail(ops: Ops) -> None:
+    """The second QA pass: a deferred refund re-run by another operator replaced the summary's requested_by and
+    reason (a claim records the summary of what it sends), and nothing kept the first operator's."""
+    ledger = Ledger(ops.ledger.store, retry=RetryPolicy(max_attempts=2, initial_wait=0.0, max_wait=0.0))
+    operator = Operator(ledger)
+    original = ops.confirmed(KEY)
+    refund = {"operation": "refund", "original_key": KEY, "compensating_key": REFUND, "params": {"amount": 100}}
+    ops.fake.fail_next(FakeFailure.REFUSED, FakeFailure.REFUSED)  # both attempts refused: deferred, nothing sent
+    with pytest.raises(EffectDeferred):
+        operator.compensate(ops.adapter, **refund, operator="alice", reason="ticket 1", expect_version=original.version)
+    again = ledger.get(KEY)
+    operator.compensate(ops.adapter, **refund, operator="bob", reason="ticket 1, again", expect_version=again.version)
+    sent = ledger.get(REFUND)
+    assert (sent.status, sent.summary["requested_by"], sent.summary["reason"]) == (
+        "confirmed",
+        "operator:bob",
+        "ticket 1, again",
+    )
+    claims = [a for a in ledger.store.audit_trail("default", REFUND) if a.to_status == "in_flight"]
+    assert [a.detail.get("summary_before", {}).get("requested_by") for a in claims] == ["operator:alice"]
+    assert claims[0].detail["summary_before"]["reason"] == "ticket 1"
+    assert len([e for e in ops.fake.effects() if e.key.endswith(REFUND)]) == 1  # the refund went out once

@@ -827,7 +827,8 @@ class Ledger:
     def _claim(self, record: EffectRecord, request: EffectRequest, *, reason: str = "claim") -> EffectRecord:
         """Take ``record`` to send ``request`` (its digest checked equal). The summary becomes this request's: a
         client setting the digest leaves out (SES's default configuration set, which its events are checked
-        against) may have changed since the record was made, by a deploy, and this send goes out with it."""
+        against) may have changed since the record was made, by a deploy, and this send goes out with it. The
+        summary it replaces goes into the claim's audit row (a compensation's operator and reason, say)."""
         now, tag = self.clock(), self._unsent.tag()
         changes = {
             "summary": request.summary,
@@ -839,8 +840,9 @@ class Ledger:
             "dispatched_at": now,
             "dispatched_by": self.worker_id,
         }
+        replaced = None if request.summary == record.summary else {"summary_before": dict(record.summary)}
         try:
-            return self._move(record, S.IN_FLIGHT, f"{reason} #{tag}", changes, now=now)
+            return self._move(record, S.IN_FLIGHT, f"{reason} #{tag}", changes, now=now, detail=replaced)
         except LedgerUnavailable:
             if record.first_dispatched_at is None:  # never sent: a later call may take this claim over
                 self._unsent.failed(record.model_copy(update={"version": record.version + 1}), tag, now)
@@ -890,10 +892,11 @@ class Ledger:
         changes: Mapping[str, Any] | None = None,
         *,
         now: datetime | None = None,
+        detail: Mapping[str, Any] | None = None,
     ) -> EffectRecord:
         """One transition written by this worker, now (or at ``now``, when ``changes`` were computed from it)."""
         return self.store.transition(
-            record, to, now=now or self.clock(), actor=self.worker_id, reason=reason, changes=changes
+            record, to, now=now or self.clock(), actor=self.worker_id, reason=reason, changes=changes, detail=detail
         )
 
     def _abandoned_here(self, record: EffectRecord) -> bool:
