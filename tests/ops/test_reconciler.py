@@ -463,6 +463,7 @@ def test_cli_one_shot_reconcile_exits_1_when_lookups_fail(ops: Ops) -> None:
     assert "1 record(s) could not be reconciled" in result.stderr
     [item] = json.loads(result.stdout)["items"]
     assert (item["outcome"], item["method"]) == ("error", "lookup:lookup_error")
+    assert item["version"] == ops.ledger.get("invoice:a:collect:v1").version  # what an operator resolves it at
     assert "401: the API key was revoked" in item["note"]
     assert ops.ledger.get("invoice:a:collect:v1").status == "unknown"
     assert len(ops.fake.effects()) == 1  # nothing redispatched

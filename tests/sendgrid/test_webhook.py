@@ -61,6 +61,34 @@ def _nothing_recorded(ledger: Ledger, key: str) -> None:
     assert ledger.get(key).status is S.UNKNOWN
 
 
+@pytest.mark.parametrize(
+    ("bounce_type", "timestamp", "kept"),
+    [
+        ("blocked", 1764500000, {"bounce_type": "blocked", "timestamp": 1764500000}),
+        ("alice@example.com", True, {"bounce_type": "unlisted"}),  # not SendGrid's word: may quote an address
+        ("bounce", 10**40, {"bounce_type": "bounce"}),  # not a time SendGrid sends
+    ],
+    ids=["sendgrid's words", "an address", "an odd timestamp"],
+)
+def test_a_bounce_keeps_sendgrids_words_only(
+    bounce_type: str,
+    timestamp: object,
+    kept: dict[str, object],
+    ledger: Ledger,
+    key: str,
+    unknown_send: list[dict[str, Any]],
+) -> None:
+    """The second QA pass stored a bounce ``type`` of 'alice@example.com' and a ``timestamp`` of True: evidence
+    keeps ids and the providers' fixed words only (docs/operations.md)."""
+    delivered = unknown_send[1]
+    bounce = {**delivered, "event": "bounce", "type": bounce_type, "timestamp": timestamp, "sg_event_id": "b-1"}
+    report = ingest_events(ledger, json.dumps([bounce]).encode(), {}, public_key=None)
+    assert report.recorded == 1
+    (stored,) = ledger.store.evidence_for("default", key)
+    assert {k: v for k, v in stored.detail.items() if k not in ("sg_message_id", "recipients")} == kept
+    assert "alice@example.com" not in json.dumps(stored.detail)
+
+
 def test_a_bad_signature_is_refused_and_nothing_is_recorded(
     fake: FakeSendGrid, ledger: Ledger, key: str, unknown_send: list[dict[str, Any]]
 ) -> None:

@@ -237,7 +237,8 @@ class PrometheusObserver:
         self.reconciler_runs = counter("safe_effects_reconciler_runs", "Completed reconciler sweeps", ())
         self.reconciler_last_run = client.Gauge(
             "safe_effects_reconciler_last_run_timestamp_seconds",
-            "Unix time of the last completed reconciler sweep in this process",
+            "Unix time of the last completed reconciler sweep in this process (of any process, in "
+            "prometheus_client's multiprocess mode)",
             registry=registry,
             # in prometheus_client's multiprocess mode: the newest sweep of any process, one series. The default
             # keeps a series per pid for good, and a dead process's old time kept SafeEffectsReconcilerDown firing

@@ -241,7 +241,7 @@ class Reconciler:
             return item(after.status.value if self._ours(after) else "contended", method, after=after)
         if looked_up is not None and looked_up.method == LOOKUP_ERROR:  # a revoked key, an outage: not "not yet"
             why = looked_up.detail.get("error", "no detail")
-            return item("error", f"lookup:{LOOKUP_ERROR}", f"the lookup failed ({why}); stays unknown")
+            return item("error", f"lookup:{LOOKUP_ERROR}", f"the lookup failed ({why}); stays unknown", after=after)
         return item("unknown", note="inconclusive: stays unknown for the next run or an operator", after=after)
 
     def _pace(self, adapter: ProviderAdapter[Any], record: EffectRecord, deferred: set[str]) -> None:

@@ -133,16 +133,22 @@ def parse_event(event: Any, received_at: datetime) -> Evidence | Literal["foreig
 
 
 _PLAIN_REASON = re.compile(r"[A-Za-z0-9 ()'.-]{1,60}")  # a dropped event's reason kept as SendGrid words it
+_BOUNCE_TYPES = frozenset({"bounce", "blocked", "expired"})  # a bounce event's ``type``; any other is "unlisted"
+_UNIX_TIME = re.compile(r"[0-9]{1,12}")  # a timestamp as SendGrid sends it, seconds since 1970
 
 
 def _detail(event: Mapping[str, Any]) -> dict[str, Any]:
     """Ids and SendGrid's fixed vocabularies only: no addresses, no SMTP text that may quote one."""
-    detail = {k: event[k] for k in ("sg_message_id", "timestamp") if isinstance(event.get(k), str | int)}
+    detail: dict[str, Any] = {}
+    if isinstance(event.get("sg_message_id"), str):
+        detail["sg_message_id"] = event["sg_message_id"]
+    if _UNIX_TIME.fullmatch(str(event.get("timestamp"))) and not isinstance(event.get("timestamp"), bool):
+        detail["timestamp"] = event["timestamp"]
     if event.get("event") == "dropped" and isinstance(event.get("reason"), str):
         # SendGrid's reasons are short phrases ("Bounced Address", "Invalid"); anything else may quote an address
         detail["reason"] = event["reason"] if _PLAIN_REASON.fullmatch(event["reason"]) else "unlisted"
     if event.get("event") == "bounce" and isinstance(event.get("type"), str):
-        detail["bounce_type"] = event["type"][:20]
+        detail["bounce_type"] = event["type"] if event["type"] in _BOUNCE_TYPES else "unlisted"
     if isinstance(event.get(_rules.RECIPIENTS_ARG), str):
         detail["recipients"] = event[_rules.RECIPIENTS_ARG]
     return detail
