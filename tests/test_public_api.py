@@ -59,6 +59,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "LeasePolicy",
         "Ledger",
         "LedgerClosed",
+        "LedgerCorrupt",
         "LedgerOptions",
         "LedgerUnavailable",
         "LookupKind",

@@ -281,6 +281,16 @@ class StorePermissionDenied(StoreNotReady):
     code = "store_permission_denied"
 
 
+class LedgerCorrupt(StoreNotReady):
+    """The ledger's database reports damaged data: a malformed SQLite file, a PostgreSQL page or index that
+    fails its checks. Neither an outage a retry outlasts nor a set-up step: an operator restores the ledger
+    from a backup (docs/operations.md, "Backups and restores"). The statement that met it changed nothing, and
+    a claim that meets it has sent nothing; a provider's answer that could not be recorded is
+    :class:`EffectUnknown`, as for any write that fails."""
+
+    code = "ledger_corrupt"
+
+
 class IntentNotFound(SafeEffectsError, LookupError):
     """No record exists for this tenant and intent key."""
 

@@ -23,6 +23,7 @@ from ._bookkeeping import check_columns, check_versions
 from ._errors import (
     InvalidInput,
     LedgerClosed,
+    LedgerCorrupt,
     LedgerUnavailable,
     MissingDependency,
     StaleRecord,
@@ -201,6 +202,11 @@ class _Checkout:
             raise refused from error
         if isinstance(error, self._down):
             raise LedgerUnavailable(f"the PostgreSQL ledger did not answer: {error}") from error
+        if isinstance(error, _corrupted()):
+            raise LedgerCorrupt(
+                f"the PostgreSQL ledger (schema {self._schema}) holds damaged data ({_primary(error)}): nothing was "
+                "written; stop its workers and restore it from a backup (docs/operations.md, Backups and restores)"
+            ) from error
 
 
 def _refused(error: BaseException, conn: Connection[Any], schema: str) -> StorePermissionDenied | None:
@@ -417,6 +423,15 @@ def _denied() -> type[Error]:
     import psycopg  # noqa: PLC0415  # optional extra, present once a PostgresStore is made
 
     return psycopg.errors.InsufficientPrivilege
+
+
+@lru_cache(maxsize=1)
+def _corrupted() -> tuple[type[Error], ...]:
+    """psycopg's errors for data that fails the server's checks (SQLSTATE XX001 and XX002). Made on first use:
+    psycopg is an optional dependency."""
+    import psycopg  # noqa: PLC0415  # optional extra, present once a PostgresStore is made
+
+    return (psycopg.errors.DataCorrupted, psycopg.errors.IndexCorrupted)
 
 
 def _render(query: sql.Composable) -> bytes:

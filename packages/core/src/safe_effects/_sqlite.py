@@ -9,13 +9,13 @@ import time
 import weakref
 from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime
-from functools import lru_cache
+from functools import lru_cache, wraps
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ._approvals import Approval, ApprovalState, decided_meanwhile, decision_of
 from ._bookkeeping import check_columns, check_versions
-from ._errors import InvalidInput, LedgerClosed, LedgerUnavailable
+from ._errors import InvalidInput, LedgerClosed, LedgerCorrupt, LedgerUnavailable
 from ._fork import renew_in_children
 from ._migrations import MIGRATIONS, SQLITE_BOOKKEEPING
 from ._records import AuditEntry, EffectRecord, Evidence, EvidenceVerdict
@@ -43,6 +43,10 @@ from ._tenants import check_tenant
 
 # result codes (and their extended forms) that say the file cannot be written now, not that the SQL is wrong
 _UNAVAILABLE = ("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_IOERR", "SQLITE_FULL", "SQLITE_CANTOPEN")
+_CORRUPT = "SQLITE_CORRUPT"  # and its extended codes (SQLITE_CORRUPT_INDEX, ...)
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 # fixed width, always UTC with microseconds: text order is time order
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
@@ -135,10 +139,30 @@ def _alive(owner: weakref.ref[threading.Thread]) -> bool:
     return thread is not None and thread.is_alive()
 
 
-def _raise_if_unavailable(error: sqlite3.OperationalError, what: str) -> None:
-    """A locked, failing or full file is :class:`LedgerUnavailable` (``what``: the message's start)."""
+def _raise_typed(error: sqlite3.DatabaseError, path: Path, what: str) -> None:
+    """A locked, failing or full file is :class:`LedgerUnavailable` (``what`` says what it did not do); a
+    damaged one is :class:`LedgerCorrupt`; anything else is left to its caller to raise."""
     if error.sqlite_errorname.startswith(_UNAVAILABLE):
-        raise LedgerUnavailable(f"{what}: {error}") from error
+        raise LedgerUnavailable(f"the SQLite ledger {path} {what}: {error}") from error
+    if error.sqlite_errorname.startswith(_CORRUPT):
+        raise LedgerCorrupt(
+            f"the SQLite ledger {path} is damaged ({error}): nothing was written; stop its workers and restore it "
+            "from a backup (docs/operations.md, Backups and restores)"
+        ) from error
+
+
+def _reads(method: Callable[Concatenate[SQLiteStore, P], T]) -> Callable[Concatenate[SQLiteStore, P], T]:
+    """A read of the store whose outage or damage is typed as a write's is (see :func:`_raise_typed`)."""
+
+    @wraps(method)
+    def read(self: SQLiteStore, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.DatabaseError as error:
+            _raise_typed(error, self.path, "could not be read")
+            raise
+
+    return read
 
 
 class _WriteTransaction:
@@ -159,8 +183,8 @@ class _WriteTransaction:
             self._conn.execute("ROLLBACK")
         try:
             self._conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as error:
-            _raise_if_unavailable(error, f"the SQLite ledger {self._path} did not answer")
+        except sqlite3.DatabaseError as error:
+            _raise_typed(error, self._path, "did not answer")
             raise
         except BaseException:  # such an exception as BEGIN returned: __exit__ will not run, so the write lock
             if self._conn.in_transaction:  # would stay held, blocking every other writer of the file
@@ -173,16 +197,16 @@ class _WriteTransaction:
             if error is None:
                 self._conn.execute("COMMIT")
                 return
-        except sqlite3.OperationalError as failed:
+        except sqlite3.DatabaseError as failed:
             error = failed
         try:
             if self._conn.in_transaction:  # nothing of a failed transaction may stay
                 self._conn.execute("ROLLBACK")
-        except sqlite3.OperationalError as failed:
-            _raise_if_unavailable(failed, f"the SQLite ledger {self._path} did not answer")
+        except sqlite3.DatabaseError as failed:
+            _raise_typed(failed, self._path, "did not answer")
             raise
-        if isinstance(error, sqlite3.OperationalError):
-            _raise_if_unavailable(error, f"the SQLite ledger {self._path} did not answer")
+        if isinstance(error, sqlite3.DatabaseError):
+            _raise_typed(error, self._path, "did not answer")
         if kind is None:  # COMMIT failed, and not because the database is unavailable
             raise error
 
@@ -254,11 +278,12 @@ class SQLiteStore:
                 conn.close()
                 raise
         except sqlite3.OperationalError as error:
-            _raise_if_unavailable(error, f"the SQLite ledger {self.path} could not be opened")
+            _raise_typed(error, self.path, "could not be opened")
             raise
         except sqlite3.DatabaseError as error:  # a file of something else: a wrong path, not an outage
             if error.sqlite_errorname == "SQLITE_NOTADB":
                 raise InvalidInput(f"the SQLite ledger {self.path} is not a SQLite database: check the path") from error
+            _raise_typed(error, self.path, "could not be opened")
             raise
         return conn
 
@@ -302,6 +327,7 @@ class SQLiteStore:
     def database_time(self) -> None:
         """None: the file's every writer runs on this host, under this host's one clock."""
 
+    @_reads
     def pending_migrations(self) -> list[int]:
         applied = self._applied_versions(self._conn()) or set()
         return [m.version for m in MIGRATIONS if m.version not in applied]
@@ -373,6 +399,7 @@ class SQLiteStore:
         rows = _rows(conn.execute(f"{_SELECT} WHERE tenant_id = ? AND intent_key = ?", (tenant, intent_key)))
         return from_row(EffectRecord, rows[0], _CODEC) if rows else None
 
+    @_reads
     def get(self, tenant: str, intent_key: str) -> EffectRecord | None:
         return self._select(self._conn(), check_tenant(tenant), intent_key)
 
@@ -410,6 +437,7 @@ class SQLiteStore:
                 before_commit()
         return new  # what was written, validated by plan_transition: no need to parse it back
 
+    @_reads
     def list_by_status(
         self,
         statuses: Collection[EffectStatus],
@@ -440,6 +468,7 @@ class SQLiteStore:
         )
         return [from_row(EffectRecord, row, _CODEC) for row in _rows(self._conn().execute(query, params))]
 
+    @_reads
     def find_by_provider_key(self, provider: str, provider_key: str) -> list[EffectRecord]:
         rows = _rows(
             self._conn().execute(
@@ -448,6 +477,7 @@ class SQLiteStore:
         )
         return [from_row(EffectRecord, row, _CODEC) for row in rows]
 
+    @_reads
     def audit_trail(self, tenant: str, intent_key: str) -> list[AuditEntry]:
         rows = _rows(
             self._conn().execute(
@@ -469,6 +499,7 @@ class SQLiteStore:
             ).fetchall()
         return bool(inserted)
 
+    @_reads
     def evidence_for(
         self, tenant: str, intent_key: str, *, verdicts: Collection[EvidenceVerdict] | None = None
     ) -> list[Evidence]:
@@ -483,6 +514,7 @@ class SQLiteStore:
         )
         return [from_row(Evidence, row, _CODEC) for row in rows]
 
+    @_reads
     def status_counts(self, statuses: Collection[EffectStatus]) -> list[tuple[str, str, EffectStatus, int]]:
         values = [EffectStatus(s).value for s in statuses]
         if not values:
@@ -497,6 +529,7 @@ class SQLiteStore:
         )
         return [(tenant, provider, EffectStatus(status), count) for tenant, provider, status, count in rows]
 
+    @_reads
     def oldest_dispatched(self, status: EffectStatus) -> dict[str, datetime]:
         rows = self._conn().execute(
             "SELECT provider, min(coalesce(first_dispatched_at, updated_at)) "
@@ -505,6 +538,7 @@ class SQLiteStore:
         )
         return {provider: _CODEC.time_in(oldest) for provider, oldest in rows}
 
+    @_reads
     def earliest_lease_expiry(self) -> dict[str, datetime]:
         rows = self._conn().execute(
             f"SELECT provider, min(lease_expires_at) FROM effect_intents INDEXED BY {_STATUS_INDEX} "
@@ -513,6 +547,7 @@ class SQLiteStore:
         )
         return {provider: _CODEC.time_in(expiry) for provider, expiry in rows}
 
+    @_reads
     def reconciler_cursor(self, name: str) -> tuple[datetime, str, str] | None:
         row = (
             self._conn()
@@ -586,6 +621,7 @@ class SQLiteStore:
             )
         return from_row(Approval, rows[0], _CODEC), False
 
+    @_reads
     def approvals(
         self,
         *,
