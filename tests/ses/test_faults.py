@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from typing import Any
 from urllib.parse import parse_qs
 
 import pytest
+from botocore.config import Config
 
 import ses_safe
 from safe_effects import EffectDeferred, EffectRejected, EffectStatus, EffectUnknown
@@ -115,6 +118,39 @@ def test_send_then_reject_rejects_in_either_order(
 
     assert env.ledger.get(KEY).status is EffectStatus.REJECTED
     assert len(env.proxy.sends()) == 1
+
+
+def test_the_pollers_loop_outlasts_sqs_failing_and_then_settles_the_send(
+    env: Any, queue: tuple[Any, str], v2_email: dict[str, Any], raw_client: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    message_id = lose_response(env, v2_email)
+    publish(queue, "Delivery", message_id, wire_tags(env.proxy))
+    # the poller's SQS goes through the proxy, which fails its first three calls as an outage would
+    sqs = raw_client("sqs", env.proxy.url, config=Config(retries={"total_max_attempts": 1}))
+    env.proxy.inject(Fault.status_code(500, body={"__type": "InternalError"}, times=2))
+    env.proxy.inject(Fault.drop_before_commit())
+    poller = ses_safe.SQSEventPoller(env.ledger, sqs, queue[1])
+    stop = threading.Event()
+    loop = threading.Thread(target=poller.run, args=(stop,), kwargs={"min_wait": 0.05, "max_wait": 0.2})
+
+    loop.start()
+    deadline = time.monotonic() + 10
+    while env.ledger.get(KEY).status is not EffectStatus.CONFIRMED and time.monotonic() < deadline:
+        time.sleep(0.02)
+    stop.set()
+    loop.join(timeout=5)
+
+    assert not loop.is_alive()
+    assert env.ledger.get(KEY).status is EffectStatus.CONFIRMED
+    assert env.ledger.get(KEY).provider_result_id == message_id
+    assert poller.counts["recorded"] == 1
+    failures = [r.getMessage() for r in caplog.records if r.name == "ses_safe._poller"]
+    assert len(failures) == 3
+    assert "InternalError" in failures[0]
+    assert "ConnectionClosedError" in failures[2]
+    assert len(env.sent()) == 1
+    assert len(env.proxy.sends()) == 1
+    assert "Messages" not in queue[0].receive_message(QueueUrl=queue[1])  # ingested, then deleted
 
 
 def test_v1_body_cut_mid_way_is_unknown_until_the_delivery_event(

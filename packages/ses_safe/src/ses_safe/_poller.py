@@ -7,9 +7,12 @@ way, name that topic in ``expected_topic_arns`` so a message from any other is r
 from __future__ import annotations
 
 import logging
+import threading
 from collections import Counter
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
+
+from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception_type, wait_exponential
 
 from safe_effects import Ledger
 
@@ -83,6 +86,42 @@ class SQSEventPoller:
             results.append(result)
             self._sqs.delete_message(QueueUrl=self._queue_url, ReceiptHandle=message["ReceiptHandle"])
         return results
+
+    def run(self, stop: threading.Event | None = None, *, min_wait: float = 1.0, max_wait: float = 60.0) -> None:
+        """Poll until ``stop`` is set (for good without one): the poller's main loop.
+
+        A poll that fails (SQS unreachable or throttling, credentials expired) is logged and made again after a
+        pause that doubles from ``min_wait`` up to ``max_wait`` seconds: an outage never ends the poller, and
+        the events wait on the queue meanwhile. With short polling (``wait_seconds=0``) an empty receive pauses
+        ``min_wait`` too, rather than call SQS in a tight loop.
+        """
+        stop = stop or threading.Event()
+
+        def pause(seconds: float) -> None:  # ended early by ``stop``
+            stop.wait(seconds)
+
+        retrying = Retrying(
+            retry=retry_if_exception_type(Exception),
+            wait=wait_exponential(multiplier=min_wait, max=max_wait),
+            stop=lambda _: stop.is_set(),
+            sleep=pause,
+            before_sleep=self._log_failed_poll,
+        )
+        while not stop.is_set():
+            try:
+                results = retrying(self.poll_once)
+            except RetryError:  # stopped while waiting to poll again
+                return
+            if not results and self._wait_seconds == 0:
+                pause(min_wait)
+
+    def _log_failed_poll(self, state: RetryCallState) -> None:
+        assert state.outcome is not None  # tenacity sets both before it sleeps
+        assert state.next_action is not None
+        log.warning(
+            "polling SQS queue %s for SES events failed (%r); polling again in %.1f s",
+            self._queue_url, state.outcome.exception(), state.next_action.sleep,
+        )  # fmt: skip
 
     def drain(self, *, max_batches: int = 10) -> list[IngestResult]:
         """Poll until a receive comes back empty or ``max_batches`` receives were made."""
