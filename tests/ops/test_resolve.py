@@ -257,6 +257,17 @@ def test_decline_keeps_the_record_unknown(ops: Ops) -> None:
     assert "pending:" in resolve(ops, "--as", "rejected", version=record.version, env=BIG).stdout
 
 
+def test_decline_answers_in_json_as_resolve_and_approve_do(ops: Ops) -> None:
+    record = ops.unknown(KEY, amount=250_000)
+    assert resolve(ops, *CONFIRM, version=record.version, env=BIG).exit_code == 0
+    declined = ops.cli_json("decline", KEY, "--operator", "bob", "--reason", "no such charge on the statement")
+    assert declined["pending"] is False
+    assert (declined["record"]["status"], declined["record"]["version"]) == ("unknown", record.version)
+    assert (declined["approval"]["state"], declined["approval"]["decided_by"]) == ("declined", "bob")
+    assert ops.ledger.get(KEY) == record
+    assert ops.cli_json("pending") == []
+
+
 def test_a_request_about_a_purged_record_is_not_applied_to_the_key_recorded_again(ops: Ops) -> None:
     first = ops.unknown(KEY, amount=250_000)
     asked = resolve(ops, "--as", "rejected", version=first.version, env=BIG)

@@ -41,9 +41,13 @@ Thresholds = Annotated[
 ]
 
 
+def _print_decision(decision: Decision) -> None:
+    print_json({"record": decision.record, "approval": decision.approval, "pending": decision.pending})
+
+
 def _report(decision: Decision, as_json: bool) -> None:
     if as_json:
-        print_json({"record": decision.record, "approval": decision.approval, "pending": decision.pending})
+        _print_decision(decision)
         return
     record, approval = decision.record, decision.approval
     if decision.pending and approval is not None:
@@ -111,12 +115,21 @@ def approve(
 
 
 def decline(
-    key: str, store: StoreUrl, operator: OperatorName, reason: ReasonText, tenant: Tenant = DEFAULT_TENANT
+    key: str,
+    *,
+    store: StoreUrl,
+    operator: OperatorName,
+    reason: ReasonText,
+    tenant: Tenant = DEFAULT_TENANT,
+    as_json: AsJson = False,
 ) -> None:
     """Refuse a pending resolution (or withdraw your own); the intent stays as it is (unknown, prepared or
     rejected)."""
     with opened(store, worker_id=actor(operator)) as ledger:
         decision = Operator(ledger).decline(key, operator=operator, reason=reason, tenant=tenant)
+    if as_json:
+        _print_decision(decision)
+        return
     emit(f"declined: {decision.record.intent_key} stays {decision.record.status} v{decision.record.version}")
 
 
