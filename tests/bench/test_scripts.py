@@ -81,9 +81,13 @@ def test_ledger_overhead_rows_are_read_and_one_key_dispatches_once(
 
 @pytest.mark.parametrize("script", ["stripe_overhead.py", "sendgrid_overhead.py", "ses_overhead.py"])
 def test_provider_overhead_rows_are_read(report: ModuleType, pg: str, stores: set[str], script: str) -> None:
-    rows = report.parse_rows(run(script, pg, "--calls", "3", "--seconds", "10"))
+    out = run(script, pg, "--calls", "3", "--seconds", "10")
+    rows = report.parse_rows(out)
     assert {row.store for row in rows} == stores
     assert all(row.n >= 1 and row.raw_ms > 0 and row.wrapped_ms > 0 and row.two_commit_ms > 0 for row in rows)
+    hand_rolled = report.hand_rolled_reading(script, out)  # the diagnostic line under each row, with its store
+    assert hand_rolled.startswith(f"Beside a hand-rolled ledger ({script.removesuffix('_overhead.py')}): ")
+    assert {s for s in stores if f"{s}: its two commits add " in hand_rolled} == stores, out
 
 
 def test_memory_rows_are_read(report: ModuleType, pg: str, stores: set[str]) -> None:
