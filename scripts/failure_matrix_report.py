@@ -115,17 +115,25 @@ def _arrows(steps: list[list[str]], index: int) -> str:
     return " → ".join(step[index] for step in steps)
 
 
+def _git(*args: str) -> str:
+    """What ``git args`` prints in this checkout ('' where git or the repository is missing)."""
+    try:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+    except OSError:
+        return ""
+    return done.stdout.strip()
+
+
 def _summary(
     expected: ModuleType, cells: dict[str, dict[str, Any]], exit_code: int | None, seconds: float | None
 ) -> str:
     passed = sum(1 for cell in cells.values() if cell.get("matches"))
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False
-    ).stdout.strip()
+    commit = _git("rev-parse", "--short", "HEAD")
+    changed = " plus working tree" if _git("status", "--porcelain", "--untracked-files=no") else ""
     status = "not run" if exit_code is None else ("passed" if exit_code == 0 else f"FAILED (pytest exit {exit_code})")
     runtime = "" if seconds is None else f" in {seconds:.0f} s wall time (2 cores)"
     return (
-        f"**Last run:** {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, commit `{commit or '?'}` plus working tree: "
+        f"**Last run:** {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, commit `{commit or '?'}`{changed}: "
         f"{passed}/{len(expected.EXPECTED)} cells as expected, suite {status}{runtime}.\n"
     )
 
