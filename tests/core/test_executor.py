@@ -263,14 +263,24 @@ def test_a_version_already_recorded_goes_on_whatever_its_predecessors_say(env: E
     assert len(env.fake.effects()) == 2
 
 
-def test_lost_response_becomes_unknown_then_same_key_replay_confirms_once(env: Env) -> None:
+def test_lost_response_becomes_unknown_then_same_key_replay_confirms_once(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
     env.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
-    with pytest.raises(EffectUnknown):
+    with pytest.raises(EffectUnknown), caplog.at_level(logging.INFO, logger="safe_effects"):
         env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
     assert env.record().status is EffectStatus.UNKNOWN
     assert len(env.fake.effects()) == 1
+    [unknown] = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "safe_effects"]
+    assert unknown == (  # the on-call engineer's line: which intent, and where to look
+        "WARNING",
+        f"intent {KEY!r} (tenant 'default', fake charge) is unknown after FakeTimeout: not resent; the "
+        f"reconciler looks it up, or an operator settles it (safe-effects show {KEY} --tenant default)",
+    )
+    caplog.clear()
 
-    receipt = env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    with caplog.at_level(logging.INFO, logger="safe_effects"):
+        receipt = env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
 
     assert receipt.record.status is EffectStatus.CONFIRMED
     assert receipt.record.resolution is not None
@@ -278,6 +288,10 @@ def test_lost_response_becomes_unknown_then_same_key_replay_confirms_once(env: E
     assert receipt.record.attempt_count == 2
     assert len(env.fake.effects()) == 1
     assert len(env.fake.requests()) == 2
+    assert [r.getMessage() for r in caplog.records if r.name == "safe_effects"] == [
+        f"intent {KEY!r} (tenant 'default', fake) settled confirmed by key_replay, provider id "
+        f"{receipt.record.provider_result_id}"
+    ]
 
 
 @dataclass
@@ -781,21 +795,33 @@ def test_a_caller_that_waited_for_another_never_dispatches(
     assert len(env.fake.effects()) == effects
 
 
-def test_worker_lost_mid_flight_is_reconciled_after_its_lease(store_url: str, tmp_path: Path) -> None:
+def test_worker_lost_mid_flight_is_reconciled_after_its_lease(
+    store_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     crashing = make_env(store_url, tmp_path, crash_plan=CrashPlan.crash_at(CrashPoint.AFTER_RESPONSE))
     with pytest.raises(SimulatedCrash):
         crashing.ledger.execute(crashing.adapter, CHARGE, intent_key=KEY)
     assert crashing.record().status is EffectStatus.IN_FLIGHT
+    lost_worker = crashing.record().lease_owner
 
     survivor = crashing.other_ledger(lease=LeasePolicy(wait_for_other=timedelta(0)))
-    with pytest.raises(EffectInProgress):
+    with pytest.raises(EffectInProgress), caplog.at_level(logging.INFO, logger="safe_effects"):
         survivor.execute(crashing.adapter, CHARGE, intent_key=KEY)
     crashing.clock.advance(timedelta(minutes=3))
-    receipt = survivor.execute(crashing.adapter, CHARGE, intent_key=KEY)
+    with caplog.at_level(logging.INFO, logger="safe_effects"):
+        receipt = survivor.execute(crashing.adapter, CHARGE, intent_key=KEY)
 
     assert receipt.record.status is EffectStatus.CONFIRMED
     assert len(crashing.fake.effects()) == 1
     assert len(crashing.fake.requests()) == 2
+    logged = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "safe_effects"]
+    assert [level for level, _ in logged] == ["INFO", "WARNING", "INFO"]  # waited, took over, settled
+    assert logged[0][1].startswith(f"intent {KEY!r} (tenant 'default') is in progress at {lost_worker} until ")
+    assert logged[1][1] == (
+        f"intent {KEY!r} (tenant 'default', fake charge): the lease of {lost_worker} expired (worker lost "
+        "mid-call); now unknown, to be reconciled, not resent blindly"
+    )
+    assert "settled confirmed by key_replay" in logged[2][1]
 
 
 def test_crash_during_receipt_persist_rolls_back_the_confirm(store_url: str, tmp_path: Path) -> None:

@@ -123,7 +123,10 @@ def short_wait_ledger(backend: str, store_url: str) -> Iterator[tuple[Ledger, Bl
 
 
 def test_an_answer_the_ledger_cannot_record_is_effect_unknown_and_the_next_call_settles_it(
-    short_wait_ledger: tuple[Ledger, Blocker], adapter: HookedAdapter, fake: GenericFakeProvider
+    short_wait_ledger: tuple[Ledger, Blocker],
+    adapter: HookedAdapter,
+    fake: GenericFakeProvider,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     ledger, blocker = short_wait_ledger
     adapter.after_send.append(blocker.hold)  # the provider acted; now the ledger's database does not answer
@@ -132,6 +135,13 @@ def test_an_answer_the_ledger_cannot_record_is_effect_unknown_and_the_next_call_
         ledger.execute(adapter, REQUEST, intent_key=KEY)
     assert isinstance(unknown.value.__cause__, LedgerUnavailable)
     assert len(fake.effects()) == 1
+    # the provider's id exists nowhere else but in the exception: the log keeps it for the on-call engineer
+    [logged] = [r for r in caplog.records if r.name == "safe_effects"]
+    assert logged.levelname == "ERROR"
+    assert logged.getMessage().startswith(
+        f"intent {KEY!r} (tenant 'default', fake charge): the provider answered (confirmed, provider id "
+        f"{fake.effects()[0].result_id}) but the ledger could not record it ("
+    )
     blocker.release()
     assert ledger.get(KEY).status is S.IN_FLIGHT  # the answer is not written anywhere
 

@@ -32,6 +32,7 @@ from safe_effects import (
     LookupKind,
     LookupMethod,
     LookupResult,
+    ProviderContract,
     Reconciler,
     RetryPolicy,
     SimulatedCrash,
@@ -543,6 +544,40 @@ def test_cli_reconcile_loop_still_stops_on_a_refusal_no_retry_heals(ops: Ops, mo
     assert pauses == []
     assert looped.stderr == "error [invalid_input]: a refusal the next sweep would repeat\n"
     assert ops.ledger.get(key).status == "unknown"
+
+
+class Misconfigured(GenericFakeAdapter):
+    """An adapter that cannot work (a missing API key), as ops_fake_adapters' of the same name."""
+
+    def contract_for(self, operation: str) -> ProviderContract:
+        raise RuntimeError("FAKE_API_KEY is not set")
+
+
+def test_a_record_that_fails_to_reconcile_is_logged_and_the_sweep_goes_on(
+    ops: Ops, caplog: pytest.LogCaptureFixture
+) -> None:
+    key = ops.unknown("invoice:a:collect:v1").intent_key
+    caplog.clear()
+    report = Reconciler(ops.ledger, {"fake": Misconfigured(ops.fake)}).run_once()
+    assert report.counts() == {"error": 1}
+    [logged] = [r for r in caplog.records if r.name == "safe_effects"]
+    assert (logged.levelname, logged.getMessage()) == (
+        "WARNING",
+        f"reconciling intent {key!r} (tenant 'default', fake) failed: RuntimeError: FAKE_API_KEY is not set; "
+        "left as it was",
+    )
+    assert logged.exc_info is not None  # not one of the library's typed errors: the traceback says where
+    assert ops.ledger.get(key).status == "unknown"
+    assert len(ops.fake.effects()) == 1
+
+
+def test_cli_reconcile_loop_with_nothing_in_doubt_prints_one_line_a_sweep(
+    ops: Ops, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pause_then_stop(monkeypatch, sweeps=2)
+    looped = ops.cli("reconcile", "--loop", "--interval", "5", "--adapters", ADAPTERS)
+    assert looped.exit_code == 0, looped.output
+    assert looped.stdout == "reconciled: nothing to do\n" * 2
 
 
 def test_cli_reconcile_loop_json_is_one_line_a_sweep(ops: Ops, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -307,11 +307,23 @@ def test_the_endpoint_confirms_from_a_signed_post(
 
 
 def test_the_endpoint_refuses_unsigned_and_malformed_posts(
-    endpoint: str, fake: FakeSendGrid, ledger: Ledger, key: str, unknown_send: list[dict[str, Any]]
+    endpoint: str,
+    fake: FakeSendGrid,
+    ledger: Ledger,
+    key: str,
+    unknown_send: list[dict[str, Any]],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     assert fake.post_events(endpoint, unknown_send, sign=False) == 403
     assert fake.post_events(endpoint, {"event": "processed"}) == 400
     _nothing_recorded(ledger, key)
+    # a wrong verification key refuses every POST, and SendGrid gives up retrying: it must show in the logs
+    refusals = [r.getMessage() for r in caplog.records if r.name == "sendgrid_safe"]
+    assert [r.split(" (")[0] for r in refusals] == [
+        "SendGrid event webhook POST refused with 403",
+        "SendGrid event webhook POST refused with 400",
+    ]
+    assert all(r.endswith("; nothing recorded") for r in refusals)
 
 
 def test_the_endpoint_refuses_other_methods_and_bodies_over_its_limit(

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import psycopg
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -18,7 +22,9 @@ from safe_effects import (
     IntentKey,
     InvalidInput,
     Ledger,
+    PostgresStore,
     PrometheusObserver,
+    SQLiteStore,
 )
 from safe_effects.testing import Fault, RecordingObserver
 from ses_safe import INTENT_TAG, IngestOutcome, ingest_event, intent_tag, tenant_tag
@@ -248,6 +254,57 @@ def test_a_message_whose_ingestion_raises_stays_on_the_queue(
     assert ledger.get(KEY).status is EffectStatus.UNKNOWN
 
 
+@contextmanager
+def ledger_not_answering(store_url: str) -> Iterator[Ledger]:
+    """A ledger on the test's store whose evidence writes give up at once: another connection holds what they
+    need (SQLite's write lock; PostgreSQL's evidence table)."""
+    if store_url.startswith("sqlite:///"):
+        path = store_url.removeprefix("sqlite:///")
+        holder: Any = sqlite3.connect(path, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        down = Ledger(SQLiteStore(path, busy_timeout=0.05))
+    else:
+        conninfo, _, schema = store_url.rpartition("?schema=")
+        holder = psycopg.connect(conninfo)
+        holder.execute(f'LOCK TABLE "{schema}".effect_evidence IN EXCLUSIVE MODE')
+        down = Ledger(PostgresStore(f"{conninfo}?options=-c%20lock_timeout%3D50", schema=schema))
+    try:
+        yield down
+    finally:
+        down.close()
+        holder.rollback()
+        holder.close()
+
+
+def test_a_ledger_that_does_not_answer_stops_the_batch_with_one_warning_and_keeps_the_events(
+    store_url: str,
+    ledger: Ledger,
+    queue: tuple[Any, str],
+    unknown_send: tuple[str, dict[str, str]],
+    moto: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Each message would wait out the ledger's timeout in turn and log its traceback: the first says it all."""
+    message_id, tags = unknown_send
+    sqs, queue_url = queue
+    for kind in ("Send", "Delivery"):
+        event = ses_event(kind, message_id=message_id, tags=tags)
+        sqs.send_message(QueueUrl=queue_url, MessageBody=sns_envelope(event))
+    with ledger_not_answering(store_url) as down:
+        poller = ses_safe.SQSEventPoller(down, sqs, queue_url, visibility_timeout=0)
+        assert poller.poll_once() == []
+    assert poller.counts == {"error": 1}
+    [warning] = [r for r in caplog.records if r.name == "ses_safe"]
+    assert (warning.levelname, warning.exc_info) == ("WARNING", None)
+    assert warning.getMessage().startswith("SES events not ingested, left on the queue from ")
+    assert ledger.get(KEY).status is EffectStatus.UNKNOWN
+
+    ses_safe.SQSEventPoller(ledger, sqs, queue_url).drain()  # the ledger is back: both events are still there
+    assert ledger.get(KEY).status is EffectStatus.CONFIRMED
+    assert len(ledger.store.evidence_for("default", KEY)) == 2
+    assert len(moto_sent_messages(moto)) == 1
+
+
 def test_two_tenants_sharing_an_intent_key_are_settled_apart(
     env: Any, proxy: MotoFaultProxy, moto: str, v2_email: dict[str, Any]
 ) -> None:
@@ -379,7 +436,7 @@ def test_a_failure_event_after_a_confirmed_send_is_kept_counted_and_logged(
     assert (evidence.kind, evidence.verdict) == ("Rendering Failure", EvidenceVerdict.REJECTS)
     labels = {"tenant": "default", "provider": "ses", "source": "ses_event", "kind": "Rendering Failure"}
     assert registry.get_sample_value("safe_effects_contradicting_evidence_total", labels) == 1
-    assert f"intent '{KEY}' is confirmed, but ses_event evidence" in caplog.text
+    assert f"intent '{KEY}' (tenant 'default') is confirmed, but ses_event evidence" in caplog.text
     assert len(moto_sent_messages(moto)) == 1
     delivered = ses_event("Delivery", message_id=answer["MessageId"], tags=tags, configuration_set="cs")
     assert ingest_event(watched, sns_envelope(delivered)).outcome is IngestOutcome.RECORDED

@@ -144,7 +144,7 @@ def test_the_pollers_loop_outlasts_sqs_failing_and_then_settles_the_send(
     assert env.ledger.get(KEY).status is EffectStatus.CONFIRMED
     assert env.ledger.get(KEY).provider_result_id == message_id
     assert poller.counts["recorded"] == 1
-    failures = [r.getMessage() for r in caplog.records if r.name == "ses_safe._poller"]
+    failures = [r.getMessage() for r in caplog.records if r.name == "ses_safe"]
     assert len(failures) == 3
     assert "InternalError" in failures[0]
     assert "ConnectionClosedError" in failures[2]

@@ -516,6 +516,10 @@ class Ledger:
             approval=approval,
         )
         self._observe("reconciliation", settled, method=resolution.method, outcome=to.value)
+        _log.info(
+            "intent %r (tenant %r, %s) settled %s by %s, provider id %s",
+            settled.intent_key, settled.tenant, settled.provider, to, resolution.method, settled.provider_result_id,
+        )  # fmt: skip
         self._raise_unrecorded_effects(settled)
         self._after_settled(settled)
         return settled
@@ -563,8 +567,10 @@ class Ledger:
         failure). The record stays confirmed: sending again would meet the same refusal, and the provider did
         act on the call. The evidence is kept on the record (``safe-effects show``); this makes it seen."""
         _log.warning(
-            "intent %r is confirmed, but %s evidence %r says the provider did not carry it out (%s)",
-            record.intent_key, evidence.source, evidence.event_id, evidence.kind,
+            "intent %r (tenant %r) is confirmed, but %s evidence %r says the provider did not carry it out (%s): "
+            "not resent; see safe-effects show %s --tenant %s",
+            record.intent_key, record.tenant, evidence.source, evidence.event_id, evidence.kind,
+            record.intent_key, record.tenant,
         )  # fmt: skip
         self._observe("contradicting_evidence", record, source=evidence.source, kind=evidence.kind)
 
@@ -584,8 +590,10 @@ class Ledger:
             else f"it names {evidence.provider_result_id!r} beside the recorded {record.provider_result_id!r}"
         )
         _log.error(
-            "intent %r is %s, but %s evidence %r says %s: check at the provider",
-            record.intent_key, record.status, evidence.source, evidence.event_id, what,
+            "intent %r (tenant %r) is %s, but %s evidence %r says %s: check at the provider "
+            "(safe-effects show %s --tenant %s)",
+            record.intent_key, record.tenant, record.status, evidence.source, evidence.event_id, what,
+            record.intent_key, record.tenant,
         )  # fmt: skip
         self._observe("unrecorded_effect", record, source=evidence.source, status=record.status.value)
 
@@ -745,6 +753,10 @@ class Ledger:
                 self._observe("claim_contended", record)
             if time.monotonic() >= deadline or self._calls.closing:
                 why = ": this ledger is closing" if self._calls.closing else f" within {self.lease.wait_for_other}"
+                _log.info(
+                    "intent %r (tenant %r) is in progress at %s until %s: this call did not send it",
+                    record.intent_key, record.tenant, record.lease_owner, record.lease_expires_at,
+                )  # fmt: skip
                 raise EffectInProgress(
                     f"intent {record.intent_key!r} is held by {record.lease_owner} until "
                     f"{record.lease_expires_at}; it did not finish{why}",
@@ -867,6 +879,12 @@ class Ledger:
             {**_NO_LEASE, "last_error_class": "LeaseExpired"},
         )
         self._abandoned.discard((record.tenant, record.intent_key, record.version))
+        if not abandoned:  # an abandoned one was logged when its answer could not be written
+            _log.warning(
+                "intent %r (tenant %r, %s %s): the lease of %s expired (worker lost mid-call); now unknown, to be "
+                "reconciled, not resent blindly",
+                record.intent_key, record.tenant, record.provider, record.operation, record.lease_owner,
+            )  # fmt: skip
         return expired
 
     def _unclaim(self, record: EffectRecord, reason: str) -> EffectRecord:
@@ -1080,12 +1098,27 @@ class Ledger:
             self._observe("dispatch", finished, outcome=to.value)
         else:
             self._observe("reconciliation", finished, method=method, outcome=to.value)
+        if to is S.UNKNOWN:
+            _log.warning(
+                "intent %r (tenant %r, %s %s) is unknown after %s: not resent; the reconciler looks it up, or an "
+                "operator settles it (safe-effects show %s --tenant %s)",
+                finished.intent_key, finished.tenant, finished.provider, finished.operation, reason,
+                finished.intent_key, finished.tenant,
+            )  # fmt: skip
+        elif method != "provider_response":
+            _log.info(
+                "intent %r (tenant %r, %s) settled %s by %s, provider id %s",
+                finished.intent_key, finished.tenant, finished.provider, to, method, finished.provider_result_id,
+            )  # fmt: skip
         if finished.attempt_count > 1 and to in TERMINAL:  # sent before: an earlier attempt may have answered late
             self._raise_unrecorded_effects(finished)
         try:
             self._after_settled(finished)
         except LedgerUnavailable as down:  # the outcome is written; the next call of the compensation marks it
-            _log.warning("intent %r is %s, but its original is not marked yet: %s", finished.intent_key, to, down)
+            _log.warning(
+                "intent %r (tenant %r) is %s, but its original is not marked yet: %s",
+                finished.intent_key, finished.tenant, to, down,
+            )  # fmt: skip
         return finished
 
     def _write_outcome(self, record: EffectRecord, to: EffectStatus, **write: Any) -> EffectRecord:
@@ -1131,6 +1164,11 @@ class Ledger:
         or lookup) instead of waiting for the lease to run out; other processes wait for it to run out."""
         self._abandoned.add((record.tenant, record.intent_key, record.version))
         answer = f"{to}, provider id {result_id}" if result_id else str(to)
+        _log.error(
+            "intent %r (tenant %r, %s %s): the provider answered (%s) but the ledger could not record it (%s); "
+            "it stays in flight until reconciled, never resent blindly",
+            record.intent_key, record.tenant, record.provider, record.operation, answer, down,
+        )  # fmt: skip
         then = "once its lease runs out" if isinstance(down, LedgerClosed) else "once the ledger answers"
         return EffectUnknown(
             f"intent {record.intent_key!r}: {record.provider} answered ({answer}) but the ledger could not record "
@@ -1341,9 +1379,9 @@ class Ledger:
         """Two compensations of ``original`` may have acted: raised, since nothing here can undo one."""
         holder = self.store.get(original.tenant, other)
         _log.error(
-            "intent %r is compensated by %r, which acted, but %r (%s) was named as its compensation: both may "
-            "have acted; check at the provider",
-            original.intent_key, confirmed.intent_key, other, holder.status if holder else "gone",
+            "intent %r (tenant %r) is compensated by %r, which acted, but %r (%s) was named as its compensation: "
+            "both may have acted; check at the provider",
+            original.intent_key, original.tenant, confirmed.intent_key, other, holder.status if holder else "gone",
         )  # fmt: skip
         self._observe("unrecorded_effect", original, source="compensation", status=original.status.value)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -19,12 +20,14 @@ from itertools import zip_longest
 from typing import Any
 
 from ._adapter import LOOKUP_ERROR, ProviderAdapter
-from ._errors import InvalidInput, StaleRecord
+from ._errors import InvalidInput, SafeEffectsError, StaleRecord
 from ._ledger import Ledger
 from ._rate import TokenBucket
 from ._records import EffectRecord
 from ._rows import MAX_CURSOR_NAME, check_cursor_name
 from ._states import TERMINAL, EffectStatus
+
+_log = logging.getLogger("safe_effects")
 
 S = EffectStatus
 
@@ -235,6 +238,11 @@ class Reconciler:
         except StaleRecord:
             return item("contended", note="another process moved it first")
         except Exception as error:  # one broken record or adapter must not stop the sweep
+            _log.warning(
+                "reconciling intent %r (tenant %r, %s) failed: %s: %s; left as it was",
+                record.intent_key, record.tenant, record.provider, type(error).__name__, error,
+                exc_info=not isinstance(error, SafeEffectsError),
+            )  # fmt: skip
             return item("error", note=f"{type(error).__name__}: {error}")
         method = after.resolution.method if after.resolution is not None else None
         if after.status in TERMINAL or after.status is S.PREPARED:

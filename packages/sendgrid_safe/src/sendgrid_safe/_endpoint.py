@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -12,6 +13,7 @@ from safe_effects import Ledger
 from ._signature import PublicKey, WebhookSignatureError
 from ._webhook import MalformedWebhook, ingest_events
 
+_log = logging.getLogger("sendgrid_safe")
 MAX_BODY = 8 * 1024 * 1024  # SendGrid batches are far smaller; a bigger body is not SendGrid
 
 _REASONS = {
@@ -76,7 +78,10 @@ def answer_events(ledger: Ledger, body: bytes, headers: Mapping[str, str], key: 
     try:
         report = ingest_events(ledger, body, headers, public_key=key)
     except WebhookSignatureError as error:
+        # a forgery, or (every POST refused) a verification key that is not this account's: events are lost
+        _log.warning("SendGrid event webhook POST refused with 403 (%s): %s; nothing recorded", error.code, error)
         return Answer(403, {"error": error.code})
     except MalformedWebhook as error:
+        _log.warning("SendGrid event webhook POST refused with 400 (%s): %s; nothing recorded", error.code, error)
         return Answer(400, {"error": error.code})
     return Answer(200, asdict(report))

@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception_type, wait_exponential
 
-from safe_effects import Ledger
+from safe_effects import Ledger, LedgerUnavailable
 
 from ._events import IngestResult, UntrustedTopic, checked_topics, ingest_event
-from ._sns_signature import SnsSignatureInvalid, SnsSignatures
+from ._sns_signature import SnsCertificateUnavailable, SnsSignatureInvalid, SnsSignatures
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("ses_safe")
 ERROR = "error"  # the counter key for messages left on the queue because ingesting them raised
 UNTRUSTED = "untrusted_topic"  # the counter key for messages from a topic not expected: kept, nothing recorded
 BAD_SIGNATURE = "sns_signature_invalid"  # the counter key for messages whose SNS signature fails: kept, likewise
@@ -78,6 +78,10 @@ class SQSEventPoller:
                 log.error("SES event %s refused, left on the queue: %s", message.get("MessageId"), refused)
                 self.counts[UNTRUSTED if isinstance(refused, UntrustedTopic) else BAD_SIGNATURE] += 1
                 continue
+            except (LedgerUnavailable, SnsCertificateUnavailable) as down:  # the next ones would wait and fail alike
+                log.warning("SES events not ingested, left on the queue from %s on: %s", message.get("MessageId"), down)
+                self.counts[ERROR] += 1
+                break
             except Exception:
                 log.exception("SES event %s not ingested; left on the queue", message.get("MessageId"))
                 self.counts[ERROR] += 1

@@ -41,6 +41,9 @@ def _show(report: ReconcileReport, as_json: bool, *, one_line: bool = False) -> 
     if as_json:
         print_json({"counts": report.counts(), "items": [asdict(item) for item in report.items]}, one_line=one_line)
         return
+    if not report.items:  # a --loop with nothing in doubt prints one line a sweep, not an empty table
+        emit("reconciled: nothing to do")
+        return
     rows = [[i.tenant, i.intent_key, i.provider, i.before, i.outcome, i.method, i.note] for i in report.items]
     columns = ["tenant", "intent key", "provider", "was", "outcome", "method", "note"]
     counts = ", ".join(f"{k}={v}" for k, v in sorted(report.counts().items())) or "nothing to do"
