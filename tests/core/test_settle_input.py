@@ -123,6 +123,23 @@ def evidence(**fields: Any) -> Evidence:
     return Evidence(**values)
 
 
+def test_settle_refuses_a_rejection_the_providers_own_events_contradict(world: World) -> None:
+    """A caller's own tooling settling by hand gets the operator's check: a rejection after the provider said it
+    took the request would be sent again under a new key (the misuse review: two emails)."""
+    assert world.ledger.record_evidence(evidence(verdict=EvidenceVerdict.ACCEPTS, kind="processed")) is True
+    assert world.ledger.get(KEY).status is EffectStatus.UNKNOWN  # an acceptance waits out its rejection window
+    accepted = r"cannot be resolved as rejected: events event 'e1' \(processed\) says the provider accepts"
+    with pytest.raises(InvalidInput, match=accepted):
+        world.ledger.settle(world.record, EffectStatus.REJECTED, resolution=BY_HAND, actor="operator:alice")
+    with pytest.raises(InvalidInput, match="cannot be confirmed as 'fx_9': events event 'e1'"):
+        world.ledger.settle(
+            world.record, EffectStatus.CONFIRMED, resolution=BY_HAND, actor="operator:alice", provider_result_id="fx_9"
+        )
+    assert world.ledger.get(KEY) == world.record
+    assert world.ledger.store.audit_trail("default", KEY) == world.trail
+    assert len(world.fake.effects()) == 1
+
+
 @pytest.mark.parametrize(
     ("fields", "error", "named"),
     [

@@ -58,6 +58,7 @@ from ._policies import DEFAULT_LEASE, DEFAULT_RETRY, LeasePolicy, RetryPolicy
 from ._records import EffectRecord, Evidence, EvidenceVerdict, Receipt, Resolution
 from ._running_calls import RunningCalls, counted
 from ._sending import BackoffCut, Retryable, Settled, send_with_retries
+from ._settle_checks import refuse_contradicted
 from ._states import TERMINAL, EffectStatus, resolvable, settled_status
 from ._store import Store
 from ._tenants import DEFAULT_TENANT, check_tenant
@@ -476,10 +477,46 @@ class Ledger:
         record's resolution is overwritten by a later change, and the record itself purged).
         ``approval`` is the pending approval this applies, as decided (:meth:`Approval.decided`): it is
         written in the same transaction, or neither is (StaleRecord when it was decided meanwhile).
+
+        A settlement the provider's own events on file contradict is refused (:class:`InvalidInput`): a
+        rejection after an event says the provider took the request, say, which a retry under a new key
+        would turn into a second effect.
         """
+        to = settled_status(to)
+        self._refuse_contradicted(record, to, provider_result_id)  # evidence may have arrived since it was asked
+        return self._settle(
+            record,
+            to,
+            resolution=resolution,
+            actor=actor,
+            provider_result_id=provider_result_id,
+            response_digest=response_digest,
+            detail=detail,
+            approval=approval,
+        )
+
+    def _refuse_contradicted(self, record: EffectRecord, to: EffectStatus, provider_result_id: str | None) -> None:
+        """See :func:`refuse_contradicted`: the record's own events about its latest attempt are what count (an
+        event stamped by a clock behind the record's creator too: this refuses, it never decides)."""
+        own = [e for e in self._own_evidence(record, allowance=CLOCK_SKEW) if answers_latest(e, record)]
+        refuse_contradicted(record, to, provider_result_id, own)
+
+    def _settle(
+        self,
+        record: EffectRecord,
+        to: EffectStatus,
+        *,
+        resolution: Resolution,
+        actor: str,
+        provider_result_id: str | None = None,
+        response_digest: str | None = None,
+        detail: Mapping[str, Any] | None = None,
+        approval: Approval | None = None,
+    ) -> EffectRecord:
+        """:meth:`settle` as the ledger's own settlements by evidence and lookup run it: they weigh the events
+        themselves."""
         self._tenant(record.tenant)  # a record read elsewhere is no way past this ledger's tenants
         self._clock_guard.check()
-        to = settled_status(to)
         if not resolvable(record.status, to):
             why = "only an unknown intent is settled (a prepared one withdrawn as rejected, a rejected one corrected)"
             raise IllegalTransition(record.status, to, record.intent_key, why=why)
@@ -1442,7 +1479,7 @@ class Ledger:
         fact = decisive[0]
         to = S.REJECTED if fact.verdict is EvidenceVerdict.REJECTS else S.CONFIRMED
         resolution = Resolution(method=f"evidence:{fact.source}", evidence=f"{fact.source}:{fact.event_id}")
-        return self.settle(
+        return self._settle(
             record,
             to,
             resolution=resolution,
@@ -1463,7 +1500,7 @@ class Ledger:
             found = LookupResult(LookupStatus.INCONCLUSIVE, LOOKUP_ERROR, detail={"error": repr(exc)})
         resolution = Resolution(method=f"lookup:{found.method}", evidence=found.evidence)
         if found.status is LookupStatus.FOUND:
-            confirmed = self.settle(
+            confirmed = self._settle(
                 record,
                 S.CONFIRMED,
                 resolution=resolution,
@@ -1473,7 +1510,7 @@ class Ledger:
             )
             return confirmed, found
         if found.status is LookupStatus.REFUSED:
-            refused = self.settle(
+            refused = self._settle(
                 record,
                 S.REJECTED,
                 resolution=resolution,

@@ -14,8 +14,8 @@ from ._adapter import EffectRequest, ProviderAdapter
 from ._approvals import Approval, ApprovalState, decided_meanwhile
 from ._errors import ApprovalError, InvalidInput, StaleRecord
 from ._keys import IntentKey
-from ._ledger import CLOCK_SKEW, Ledger, answers_latest
-from ._records import AuditEntry, EffectRecord, Evidence, EvidenceVerdict, Receipt, Resolution
+from ._ledger import Ledger
+from ._records import AuditEntry, EffectRecord, Receipt, Resolution
 from ._states import EffectStatus, resolvable, settled_status
 from ._tenants import DEFAULT_TENANT
 from ._text import check_storable
@@ -23,7 +23,6 @@ from ._thresholds import ApprovalThresholds
 
 S = EffectStatus
 OPERATOR_METHOD = "operator"
-_TOOK = frozenset({EvidenceVerdict.CONFIRMS, EvidenceVerdict.ACCEPTS})  # events that name the object made
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +108,7 @@ class Operator:
             provider_result_id = _optional(provider_result_id, "the provider's id (--provider-id)")
             evidence = _optional(evidence, "the evidence reference (--evidence)")
         record = self._current(intent_key, tenant, expect_version, to)
-        self._check_evidence(record, to, provider_result_id)
+        self.ledger._refuse_contradicted(record, to, provider_result_id)  # before a request waits for a second operator
         why = self.thresholds.requires_approval(record.summary)
         if why is None:
             self._check_nothing_pending(record)
@@ -171,8 +170,6 @@ class Operator:
                 f"v{approval.expected_version}, now {record.status} v{record.version}{again}); the request is "
                 "closed as stale: look again and resolve anew if still needed"
             )
-        # evidence may have arrived since it was asked
-        self._check_evidence(record, approval.to_status, approval.provider_result_id)
         decided = approval.decided(ApprovalState.APPLIED, by=operator, reason=reason, at=self.ledger.clock())
         resolution = Resolution(
             method=OPERATOR_METHOD,
@@ -295,43 +292,6 @@ class Operator:
             )
         return record
 
-    def _check_evidence(self, record: EffectRecord, to: EffectStatus, provider_result_id: str | None) -> None:
-        """Refuse a resolution the provider's own evidence contradicts: a rejection when an event says the
-        provider took or did it (a webhook that came while the call was in flight, an SES ``Send`` still in its
-        rejection window), a confirmation when an event says it refused, or one naming another object than
-        the events do. Rejecting a sent effect invites a second one under a new key; confirming a refused one
-        hides that nothing happened; a wrong id sends the next reader (a refund, a dispute) to another object."""
-        # another provider's event decides nothing, nor a purged record's, nor a late refusal of an attempt sent
-        # again since
-        # refusing, not deciding: an event stamped by a clock behind the record's creator still counts here
-        own = [e for e in self.ledger._own_evidence(record, allowance=CLOCK_SKEW) if answers_latest(e, record)]
-        verdicts = {e.verdict for e in own}
-        if to is S.CONFIRMED and provider_result_id is not None:
-            self._check_named_id(record, own, provider_result_id)
-        if to is S.REJECTED and EvidenceVerdict.REJECTS not in verdicts:
-            against = _first(own, EvidenceVerdict.CONFIRMS, EvidenceVerdict.ACCEPTS)
-        elif to is S.CONFIRMED and EvidenceVerdict.CONFIRMS not in verdicts:
-            against = _first(own, EvidenceVerdict.REJECTS)
-        else:
-            return
-        if against is not None:
-            raise InvalidInput(
-                f"intent {record.intent_key!r} cannot be resolved as {to}: {against.source} event {against.event_id!r} "
-                f"({against.kind}) says the provider {against.verdict}; run `reconcile`, which settles by evidence "
-                "(an acceptance once its rejection window has passed), or check at the provider"
-            )
-
-    @staticmethod
-    def _check_named_id(record: EffectRecord, own: list[Evidence], provider_result_id: str) -> None:
-        took = [e for e in own if e.verdict in _TOOK and e.provider_result_id]
-        if took and provider_result_id not in {e.provider_result_id for e in took}:
-            event = took[0]
-            raise InvalidInput(
-                f"intent {record.intent_key!r} cannot be confirmed as {provider_result_id!r}: {event.source} event "
-                f"{event.event_id!r} ({event.kind}) names {event.provider_result_id!r}; check --provider-id (`show` "
-                "lists the evidence)"
-            )
-
     def _pending(self, intent_key: IntentKey | str, tenant: str) -> Approval:
         key, tenant = IntentKey.parse(intent_key), self.ledger._tenant(tenant)
         found = self.ledger.store.approvals(tenant=tenant, intent_key=key, state=ApprovalState.PENDING, limit=1)
@@ -383,10 +343,6 @@ def _amount_summary(params: Mapping[str, Any]) -> dict[str, str]:
     if isinstance(params.get("currency"), str):
         summary["currency"] = params["currency"]
     return summary
-
-
-def _first(evidence: list[Evidence], *verdicts: EvidenceVerdict) -> Evidence | None:
-    return next((e for e in evidence if e.verdict in verdicts), None)
 
 
 def _same_person(a: str, b: str) -> bool:

@@ -1,0 +1,54 @@
+"""What a settlement from outside the ledger's own reconciliation may not contradict: the provider's events.
+
+An operator's resolution, or a caller's own tooling calling :meth:`Ledger.settle`, decides without the provider;
+the events on file are the provider's own word. Rejecting a sent effect invites a second one under a new key;
+confirming a refused one hides that nothing happened; a wrong id sends the next reader (a refund, a dispute) to
+another object.
+"""
+
+from __future__ import annotations
+
+from ._errors import InvalidInput
+from ._records import EffectRecord, Evidence, EvidenceVerdict
+from ._states import EffectStatus
+
+_TOOK = frozenset({EvidenceVerdict.CONFIRMS, EvidenceVerdict.ACCEPTS})  # events that name the object made
+
+
+def refuse_contradicted(
+    record: EffectRecord, to: EffectStatus, provider_result_id: str | None, own: list[Evidence]
+) -> None:
+    """:class:`InvalidInput` when ``own`` (the record's own provider's events about its latest attempt)
+    contradicts settling ``record`` as ``to``: a rejection when an event says the provider took or did it (a
+    webhook that came while the call was in flight, an SES ``Send`` still in its rejection window), a
+    confirmation when an event says it refused, or one naming another object than the events do."""
+    verdicts = {e.verdict for e in own}
+    if to is EffectStatus.CONFIRMED and provider_result_id is not None:
+        _refuse_another_object(record, own, provider_result_id)
+    if to is EffectStatus.REJECTED and EvidenceVerdict.REJECTS not in verdicts:
+        against = _first(own, *_TOOK)
+    elif to is EffectStatus.CONFIRMED and EvidenceVerdict.CONFIRMS not in verdicts:
+        against = _first(own, EvidenceVerdict.REJECTS)
+    else:
+        return
+    if against is not None:
+        raise InvalidInput(
+            f"intent {record.intent_key!r} cannot be resolved as {to}: {against.source} event {against.event_id!r} "
+            f"({against.kind}) says the provider {against.verdict}; run `reconcile`, which settles by evidence "
+            "(an acceptance once its rejection window has passed), or check at the provider"
+        )
+
+
+def _refuse_another_object(record: EffectRecord, own: list[Evidence], provider_result_id: str) -> None:
+    took = [e for e in own if e.verdict in _TOOK and e.provider_result_id]
+    if took and provider_result_id not in {e.provider_result_id for e in took}:
+        event = took[0]
+        raise InvalidInput(
+            f"intent {record.intent_key!r} cannot be confirmed as {provider_result_id!r}: {event.source} event "
+            f"{event.event_id!r} ({event.kind}) names {event.provider_result_id!r}; check --provider-id (`show` "
+            "lists the evidence)"
+        )
+
+
+def _first(evidence: list[Evidence], *verdicts: EvidenceVerdict) -> Evidence | None:
+    return next((e for e in evidence if e.verdict in verdicts), None)
