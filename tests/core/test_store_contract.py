@@ -762,6 +762,31 @@ def test_sqlite_closes_the_connections_of_threads_that_ended(tmp_path: Path) -> 
         store.close()
 
 
+def test_a_relative_sqlite_path_stays_the_file_it_named_when_the_process_changes_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each thread opens its own connection: with the path kept relative, a thread started after an os.chdir
+    opened another ledger, where the intent looked never sent (the misuse review: two emails)."""
+    first, elsewhere = tmp_path / "app", tmp_path / "elsewhere"
+    first.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.chdir(first)
+    store = SQLiteStore("ledger.db")
+    store.migrate()
+    other = SQLiteStore(elsewhere / "ledger.db")  # a ledger where the relative path would now lead
+    other.migrate()
+    monkeypatch.chdir(elsewhere)
+    try:
+        assert store.path == first / "ledger.db"
+        with ThreadPoolExecutor(1) as pool:  # a new thread: a new connection, opened after the chdir
+            pool.submit(store.insert_if_absent, make()).result()
+            assert pool.submit(store.get, "default", KEY).result() == make()
+        assert other.get("default", KEY) is None
+    finally:
+        store.close()
+        other.close()
+
+
 def test_a_sqlite_file_that_cannot_be_opened_is_ledger_unavailable(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "no-such-directory" / "ledger.db")
     with pytest.raises(LedgerUnavailable, match="could not be opened"):
@@ -1023,7 +1048,7 @@ def test_open_store_parses_paths_and_schema(tmp_path: Path) -> None:
     relative = open_store("sqlite:///rel/ledger.db")
     absolute = open_store(f"sqlite:///{tmp_path}/ledger.db")
     assert isinstance(relative, SQLiteStore)
-    assert str(relative.path) == "rel/ledger.db"
+    assert relative.path == Path.cwd() / "rel" / "ledger.db"  # relative to where it was opened, for good
     assert isinstance(absolute, SQLiteStore)
     assert absolute.path == tmp_path / "ledger.db"
 

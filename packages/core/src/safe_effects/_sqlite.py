@@ -227,7 +227,7 @@ class SQLiteStore:
     def __init__(self, path: str | Path, *, busy_timeout: float = 30.0) -> None:
         if str(path) in ("", ":memory:") or str(path).startswith("file:"):
             raise InvalidInput(f"SQLiteStore needs a file path shared by every thread, got {str(path)!r}")
-        self.path = Path(path)
+        self.path = Path(path).absolute()  # fixed at open: a later os.chdir must not move the ledger
         self._busy_timeout = busy_timeout
         self._local = threading.local()
         self._lock = threading.Lock()
