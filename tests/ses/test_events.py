@@ -62,7 +62,7 @@ def test_a_send_deferred_under_one_configuration_set_and_sent_under_another_is_s
     assert ledger.get(KEY).summary["configuration_set"] == "cs-new"
     tags = intent_tags(intent_tag(IntentKey.parse(KEY)), tenant_tag("default"))
     delivered = ses_event("Delivery", message_id=sent["id"], tags=tags, configuration_set="cs-new")
-    assert ingest_event(ledger, sns_envelope(delivered)).outcome is IngestOutcome.RECORDED
+    assert ingest_event(ledger, sns_envelope(delivered), signatures=None).outcome is IngestOutcome.RECORDED
     record = ledger.get(KEY)
     assert (record.status, record.provider_result_id) == (EffectStatus.CONFIRMED, sent["id"])
     assert len(moto_sent_messages(moto)) == 1
@@ -119,7 +119,7 @@ def test_delivery_event_confirms_in_every_wrapping(
     ledger: Ledger, unknown_send: tuple[str, dict[str, str]], wrap: Any
 ) -> None:
     message_id, tags = unknown_send
-    result = ingest_event(ledger, wrap(ses_event("Delivery", message_id=message_id, tags=tags)))
+    result = ingest_event(ledger, wrap(ses_event("Delivery", message_id=message_id, tags=tags)), signatures=None)
     assert result.outcome is IngestOutcome.RECORDED
     record = ledger.get(KEY)
     assert record.status is EffectStatus.CONFIRMED
@@ -132,7 +132,7 @@ def test_every_event_after_ses_tried_to_deliver_confirms(
 ) -> None:
     """A bounce, a delay, a complaint, an open: SES sent the message, whichever of them a set publishes."""
     message_id, tags = unknown_send
-    result = ingest_event(ledger, sns_envelope(ses_event(kind, message_id=message_id, tags=tags)))
+    result = ingest_event(ledger, sns_envelope(ses_event(kind, message_id=message_id, tags=tags)), signatures=None)
     assert result.evidence is not None
     assert result.evidence.verdict is EvidenceVerdict.CONFIRMS
     record = ledger.get(KEY)
@@ -162,7 +162,9 @@ def test_ses_own_event_for_a_suppressed_address_is_an_acceptance_like_send(
     """SES answers for a suppressed address itself, without trying it: the call was taken, nothing more is
     known yet, so the intent confirms only once the rejection window has passed with no Reject."""
     message_id, tags = unknown_send
-    result = ingest_event(ledger, sns_envelope(ses_event(kind, message_id=message_id, tags=tags, detail=detail)))
+    result = ingest_event(
+        ledger, sns_envelope(ses_event(kind, message_id=message_id, tags=tags, detail=detail)), signatures=None
+    )
     assert result.evidence is not None
     assert result.evidence.verdict is EvidenceVerdict.ACCEPTS
     assert ledger.get(KEY).status is EffectStatus.UNKNOWN
@@ -206,7 +208,9 @@ def test_a_bounce_or_complaint_keeps_its_type_for_the_operator_and_no_address(
     """The forensics review: `show` of a confirmed send that bounced said "Bounce" with no type, so a
     permanent bounce (the customer never got it) read like a soft one."""
     message_id, tags = unknown_send
-    result = ingest_event(ledger, sns_envelope(ses_event(kind, message_id=message_id, tags=tags, detail=detail)))
+    result = ingest_event(
+        ledger, sns_envelope(ses_event(kind, message_id=message_id, tags=tags, detail=detail)), signatures=None
+    )
     assert result.evidence is not None
     (stored,) = ledger.store.evidence_for("default", KEY)
     assert {k: v for k, v in stored.detail.items() if k != "mail_timestamp"} == kept
@@ -219,22 +223,37 @@ def test_a_bounce_subtype_of_another_shape_is_read_as_a_plain_bounce(
 ) -> None:
     message_id, tags = unknown_send
     odd = {"bounceType": "Permanent", "bounceSubType": ["Suppressed"]}  # a list: SES sends a string
-    result = ingest_event(ledger, sns_envelope(ses_event("Bounce", message_id=message_id, tags=tags, detail=odd)))
+    result = ingest_event(
+        ledger, sns_envelope(ses_event("Bounce", message_id=message_id, tags=tags, detail=odd)), signatures=None
+    )
     assert result.outcome is IngestOutcome.RECORDED
     assert ledger.get(KEY).status is EffectStatus.CONFIRMED
+
+
+def test_ingest_event_trusts_nothing_by_default(ledger: Ledger, unknown_send: tuple[str, dict[str, str]]) -> None:
+    """An HTTPS endpoint that left ``signatures`` out recorded a forged, unsigned Reject, and the job's next version
+    sent a second email (the misuse review): the caller must say whether the payload is verified or trusted."""
+    message_id, tags = unknown_send
+    forged = sns_envelope(ses_event("Reject", message_id=message_id, tags=tags))
+    with pytest.raises(TypeError, match="signatures"):
+        ingest_event(ledger, forged)  # type: ignore[call-arg]
+    assert ledger.get(KEY).status is EffectStatus.UNKNOWN
+    assert ledger.store.evidence_for("default", KEY) == []
 
 
 def test_a_redelivered_notification_is_a_duplicate(ledger: Ledger, unknown_send: tuple[str, dict[str, str]]) -> None:
     message_id, tags = unknown_send
     body = sns_envelope(ses_event("Send", message_id=message_id, tags=tags))
-    assert ingest_event(ledger, body).outcome is IngestOutcome.RECORDED
-    assert ingest_event(ledger, body).outcome is IngestOutcome.DUPLICATE
+    assert ingest_event(ledger, body, signatures=None).outcome is IngestOutcome.RECORDED
+    assert ingest_event(ledger, body, signatures=None).outcome is IngestOutcome.DUPLICATE
     assert len(ledger.store.evidence_for("default", KEY)) == 1
 
 
 def test_rendering_failure_rejects(ledger: Ledger, unknown_send: tuple[str, dict[str, str]]) -> None:
     message_id, tags = unknown_send
-    result = ingest_event(ledger, sns_envelope(ses_event("Rendering Failure", message_id=message_id, tags=tags)))
+    result = ingest_event(
+        ledger, sns_envelope(ses_event("Rendering Failure", message_id=message_id, tags=tags)), signatures=None
+    )
     assert result.evidence is not None
     assert result.evidence.verdict is EvidenceVerdict.REJECTS
     assert ledger.get(KEY).status is EffectStatus.REJECTED
@@ -319,7 +338,9 @@ def test_two_tenants_sharing_an_intent_key_are_settled_apart(
     tag = intent_tag(IntentKey.parse(KEY))
 
     result = ingest_event(
-        env.ledger, sns_envelope(ses_event("Delivery", message_id=acme_id, tags=intent_tags(tag, "acme")))
+        env.ledger,
+        sns_envelope(ses_event("Delivery", message_id=acme_id, tags=intent_tags(tag, "acme"))),
+        signatures=None,
     )
 
     assert result.outcome is IngestOutcome.RECORDED
@@ -385,7 +406,7 @@ def test_a_hostile_payload_is_malformed_never_raised(
     hostile: str, ledger: Ledger, unknown_send: tuple[str, dict[str, str]]
 ) -> None:
     body = _hostile_bodies(*unknown_send)[hostile]
-    result = ingest_event(ledger, body)
+    result = ingest_event(ledger, body, signatures=None)
     assert (result.outcome, result.evidence) == (IngestOutcome.MALFORMED, None)
     _nothing_recorded(ledger)
 
@@ -395,7 +416,7 @@ def test_a_mapping_that_is_not_json_shaped_is_malformed_never_raised(
 ) -> None:
     message_id, tags = unknown_send
     event: dict[Any, Any] = {**ses_event("Send", message_id=message_id, tags=tags), 1: "a key json.dumps cannot sort"}
-    assert ingest_event(ledger, event).outcome is IngestOutcome.MALFORMED
+    assert ingest_event(ledger, event, signatures=None).outcome is IngestOutcome.MALFORMED
     _nothing_recorded(ledger)
 
 
@@ -429,7 +450,7 @@ def test_a_failure_event_after_a_confirmed_send_is_kept_counted_and_logged(
     failure = ses_event("Rendering Failure", message_id=answer["MessageId"], tags=tags, configuration_set="cs")
 
     with caplog.at_level(logging.WARNING, logger="safe_effects"):
-        assert ingest_event(watched, sns_envelope(failure)).outcome is IngestOutcome.RECORDED
+        assert ingest_event(watched, sns_envelope(failure), signatures=None).outcome is IngestOutcome.RECORDED
 
     assert watched.get(KEY).status is EffectStatus.CONFIRMED
     [evidence] = ledger.store.evidence_for("default", KEY)
@@ -439,7 +460,7 @@ def test_a_failure_event_after_a_confirmed_send_is_kept_counted_and_logged(
     assert f"intent '{KEY}' (tenant 'default') is confirmed, but ses_event evidence" in caplog.text
     assert len(moto_sent_messages(moto)) == 1
     delivered = ses_event("Delivery", message_id=answer["MessageId"], tags=tags, configuration_set="cs")
-    assert ingest_event(watched, sns_envelope(delivered)).outcome is IngestOutcome.RECORDED
+    assert ingest_event(watched, sns_envelope(delivered), signatures=None).outcome is IngestOutcome.RECORDED
     assert registry.get_sample_value("safe_effects_contradicting_evidence_total", labels) == 1  # only refusals
 
 
@@ -450,12 +471,12 @@ def test_an_event_from_another_configuration_set_than_the_sends_is_unmatched_and
     configuration set the send went through may settle it (a forged Reject invites a second email)."""
     message_id, tags = unknown_send
     other_set = ses_event("Reject", message_id=message_id, tags=tags, configuration_set="acme-cs")
-    result = ingest_event(ledger, sns_envelope(other_set))
+    result = ingest_event(ledger, sns_envelope(other_set), signatures=None)
     assert result.outcome is IngestOutcome.UNMATCHED
     assert result.reason == "published by configuration set 'acme-cs', the send used 'safe-effects'"
     _nothing_recorded(ledger)
     own = ses_event("Delivery", message_id=message_id, tags=tags)  # its own set's event still settles it
-    assert ingest_event(ledger, sns_envelope(own)).outcome is IngestOutcome.RECORDED
+    assert ingest_event(ledger, sns_envelope(own), signatures=None).outcome is IngestOutcome.RECORDED
     assert ledger.get(KEY).status is EffectStatus.CONFIRMED
 
 
@@ -473,17 +494,19 @@ def test_an_envelope_from_an_unexpected_topic_is_refused_and_records_nothing(
     expected = {SES_TOPIC}
     for forged in (sns_envelope(reject, topic_arn=EVIL_TOPIC), json.dumps(reject)):  # another topic; no envelope
         with pytest.raises(ses_safe.UntrustedTopic) as refused:
-            ingest_event(ledger, forged, expected_topic_arns=expected)
+            ingest_event(ledger, forged, expected_topic_arns=expected, signatures=None)
         assert refused.value.code == "untrusted_topic"
         _nothing_recorded(ledger)
     assert refused.value.topic_arn is None
     sqs_wrapped = {"MessageId": "q", "ReceiptHandle": "r", "Body": sns_envelope(reject, topic_arn=EVIL_TOPIC)}
     with pytest.raises(ses_safe.UntrustedTopic, match=EVIL_TOPIC):
-        ingest_event(ledger, sqs_wrapped, expected_topic_arns=expected)
+        ingest_event(ledger, sqs_wrapped, expected_topic_arns=expected, signatures=None)
     _nothing_recorded(ledger)
 
     delivered = sns_envelope(ses_event("Delivery", message_id=message_id, tags=tags), topic_arn=SES_TOPIC)
-    assert ingest_event(ledger, delivered, expected_topic_arns=expected).outcome is IngestOutcome.RECORDED
+    assert (
+        ingest_event(ledger, delivered, expected_topic_arns=expected, signatures=None).outcome is IngestOutcome.RECORDED
+    )
     assert ledger.get(KEY).status is EffectStatus.CONFIRMED
 
 
@@ -492,7 +515,9 @@ def test_expected_topic_arns_that_can_only_be_a_mistake_are_invalid_input(
     ledger: Ledger, queue: tuple[Any, str], topics: Any
 ) -> None:
     with pytest.raises(InvalidInput, match="expected_topic_arns"):
-        ingest_event(ledger, sns_envelope(ses_event("Send", message_id="m")), expected_topic_arns=topics)
+        ingest_event(
+            ledger, sns_envelope(ses_event("Send", message_id="m")), expected_topic_arns=topics, signatures=None
+        )
     with pytest.raises(InvalidInput, match="expected_topic_arns"):
         ses_safe.SQSEventPoller(ledger, *queue, expected_topic_arns=topics)
 

@@ -206,8 +206,8 @@ def ingest_event(
     ledger: Ledger,
     payload: str | bytes | Mapping[str, Any],
     *,
+    signatures: SnsSignatures | None,
     expected_topic_arns: Collection[str] | None = None,
-    signatures: SnsSignatures | None = None,
 ) -> IngestResult:
     """Record one SES event as evidence for the intent named by its tags; anything odd is skipped, never raised,
     but for an envelope that is refused (below): :class:`UntrustedTopic`, :class:`SnsSignatureInvalid`, or
@@ -215,9 +215,10 @@ def ingest_event(
 
     ``signatures``: verify each envelope's SNS signature first (:class:`SnsSignatures`); a payload that is not
     a signed SNS notification records nothing. Required wherever an outsider could post, such as an HTTPS
-    endpoint; without it the payload must come from a trusted queue (an SQS subscription whose policy admits
-    only your SES topic), as anyone could otherwise post a forged Reject that settles an unknown send as
-    rejected and so invites a duplicate email.
+    endpoint. ``None`` says the payload comes from a trusted queue (an SQS subscription whose policy admits
+    only your SES topic): anywhere else anyone could post a forged Reject that settles an unknown send as
+    rejected and so invites a duplicate email, which is why there is no default (as for SendGrid's
+    ``public_key``).
     ``expected_topic_arns``: the SNS topics your SES events are published to; an envelope from any other
     topic, or a payload with no envelope to tell, raises :class:`UntrustedTopic` and records nothing. Without
     it every topic is taken, as before.
