@@ -7,6 +7,7 @@ fast took over a live call. Here the generic fake provider counts the effects; t
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -172,6 +173,35 @@ def test_the_clock_is_measured_again_after_a_minute_and_a_fixed_clock_is_let_thr
             guard.check()
     finally:
         store.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_refused_clock_is_logged_once_a_minute_and_its_recovery_once(
+    store_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A refused worker measures again every few seconds: an error each time flooded the log (the logging
+    review: three lines in twelve seconds per process), and nothing said when it could write again."""
+    caplog.set_level(logging.INFO, logger="safe_effects")
+    store, clock, monotonic = open_store(store_url), ShiftedClock(timedelta(hours=1)), Monotonic()
+    try:
+        guard = ClockSkewGuard(store, clock, timedelta(seconds=30), monotonic=monotonic)
+        for _ in range(int(RECHECK_AFTER / RECHECK_REFUSED_AFTER)):  # measured again and refused for a minute
+            with pytest.raises(ClockSkewed):
+                guard.check()
+            monotonic.now += RECHECK_REFUSED_AFTER
+        with pytest.raises(ClockSkewed):
+            guard.check()  # a minute after the first refusal: said again
+        clock.offset = timedelta(0)
+        monotonic.now += RECHECK_REFUSED_AFTER
+        guard.check()
+        guard.check()
+    finally:
+        store.close()
+    logged = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "safe_effects"]
+    assert [level for level, _ in logged] == ["ERROR", "ERROR", "INFO"]
+    assert all("off the ledger database's" in message for _, message in logged[:2])
+    assert logged[2][1].startswith("this worker's clock is within 30 s of the ledger database's again (")
 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)

@@ -43,6 +43,7 @@ class ClockSkewGuard:
         self._store, self._clock, self._max_skew, self._monotonic = store, clock, max_skew, monotonic
         self._next_check = float("-inf")
         self._refusal: ClockSkewed | None = None
+        self._logged_at = float("-inf")  # when a refusal was last logged: once a minute while it lasts
         self._lock = threading.Lock()
 
     @property
@@ -77,8 +78,14 @@ class ClockSkewGuard:
         offset = (before + half_trip - database).total_seconds()
         beyond_doubt = abs(offset) - abs(half_trip.total_seconds())
         if beyond_doubt <= max_skew.total_seconds():
+            if self._refusal is not None:
+                _log.info(
+                    "this worker's clock is within %g s of the ledger database's again (%+.1f s): it writes and "
+                    "sends again", max_skew.total_seconds(), offset,
+                )  # fmt: skip
             self._refusal, self._next_check = None, self._monotonic() + RECHECK_AFTER
             return
+        was_refused = self._refusal is not None
         self._refusal = ClockSkewed(
             f"this worker's clock is {offset:+.1f} s off the ledger database's (at most "
             f"{max_skew.total_seconds():g} s allowed): leases, key replay windows and event windows compare times "
@@ -86,5 +93,8 @@ class ClockSkewGuard:
             "(check the host's time sync: chrony, ntpd, systemd-timesyncd)",
             offset=offset,
         )
-        self._next_check = self._monotonic() + RECHECK_REFUSED_AFTER
-        _log.error("%s", self._refusal)
+        now = self._monotonic()
+        self._next_check = now + RECHECK_REFUSED_AFTER
+        if not was_refused or now - self._logged_at >= RECHECK_AFTER:  # measured every 5 s: said once a minute
+            self._logged_at = now
+            _log.error("%s", self._refusal)
