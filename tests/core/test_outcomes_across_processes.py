@@ -100,3 +100,15 @@ def test_a_process_pools_worker_raises_effect_unknown_to_its_caller_with_the_rec
     assert len(GenericFakeProvider(provider_path).effects()) == 1  # the provider acted once
     with Ledger.open(store_url) as ledger:
         assert ledger.get(KEY).status is EffectStatus.UNKNOWN
+
+
+def test_a_ledger_handed_to_another_process_is_refused_by_name(store_url: str) -> None:
+    """Passing the ledger (or a client holding one) to a spawned process or a task queue failed deep in pickle,
+    naming a thread-local (the misuse review); the refusal says where to open the ledger instead."""
+    with Ledger.open(store_url) as ledger:
+        with pytest.raises(
+            TypeError, match=r"cannot be pickled: it holds open database connections.*worker_process_init"
+        ):
+            pickle.dumps(ledger)
+        with pytest.raises(TypeError, match="cannot be pickled"):
+            pickle.dumps({"job": "charge", "ledger": ledger})

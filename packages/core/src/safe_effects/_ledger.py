@@ -12,7 +12,7 @@ from collections.abc import Callable, Collection, Mapping
 from datetime import datetime, timedelta
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Any, Literal, TypedDict, TypeVar, Unpack
+from typing import Any, Literal, NoReturn, TypedDict, TypeVar, Unpack
 
 from pydantic import ValidationError
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
@@ -290,6 +290,14 @@ class Ledger:
         if not self._worker_id_given:
             self.worker_id = _default_worker_id()
         self._calls = self._calls.renewed()
+
+    def __reduce__(self) -> NoReturn:
+        """Refused by name: pickle's own error names a thread-local deep inside the store."""
+        raise TypeError(
+            "a Ledger (and a client holding one) cannot be pickled: it holds open database connections. Open the "
+            "ledger in the process that uses it: Ledger.open(url) in a spawned process's target, a pool's "
+            "initializer or Celery's worker_process_init, not in the parent"
+        )
 
     def __enter__(self) -> Ledger:
         return self
