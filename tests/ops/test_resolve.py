@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import closing, contextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -43,6 +43,60 @@ def resolve(ops: Ops, *extra: str, version: int, operator: str = "alice", env: d
 
 
 CONFIRM = ("--as", "confirmed", "--provider-id", "fx_1", "--evidence", "dashboard:fx_1")
+
+
+def test_resolve_looks_the_effect_up_first_and_refuses_what_the_provider_contradicts(ops: Ops) -> None:
+    """The misuse review: an operator who found nothing in a dashboard (the wrong account, too early) resolved a
+    charged intent as rejected, and the job's `:v2` charged again. With the provider's adapter at hand the
+    resolution is checked against a lookup first."""
+    record = ops.unknown(KEY)  # the fake took it: a lookup finds it
+    [effect] = ops.fake.effects()
+    lookups = ("--adapters", "ops_fake_adapters:adapters")
+    refused = resolve(ops, "--as", "rejected", *lookups, version=record.version)
+    assert refused.exit_code == 1
+    assert f"cannot be resolved as rejected: a lookup at fake (search) found {effect.result_id}, so it acted" in (
+        refused.stderr
+    )
+    wrong = resolve(ops, "--as", "confirmed", "--provider-id", "fx_99", "--evidence", "x", *lookups, version=2)
+    assert wrong.exit_code == 1
+    assert f"cannot be confirmed as 'fx_99': a lookup at fake (search) found {effect.result_id}" in wrong.stderr
+    assert ops.ledger.get(KEY) == record
+
+    # on the operator's word alone
+    decided = resolve(ops, "--as", "rejected", *lookups, "--no-lookup", version=record.version)
+    assert decided.exit_code == 0, decided.output
+    assert ops.ledger.get(KEY).status == "rejected"
+    assert len(ops.fake.effects()) == 1
+
+
+class Unconfigured(Mapping[str, Any]):
+    """The registered adapters of an operator's shell without the provider's API key."""
+
+    def __getitem__(self, provider: str) -> Any:
+        raise InvalidInput(f"the adapter for provider {provider!r} could not be built: FAKE_API_KEY is not set")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(["fake"])
+
+    def __len__(self) -> int:
+        return 1
+
+
+def test_a_resolution_whose_lookup_cannot_be_made_says_how_to_decide_without_it(ops: Ops) -> None:
+    record = ops.unknown(KEY)
+    with pytest.raises(InvalidInput, match=r"FAKE_API_KEY is not set; .* or pass --no-lookup to decide on your"):
+        Operator(ops.ledger, adapters=Unconfigured()).resolve(
+            KEY, to=EffectStatus.REJECTED, operator="alice", reason="not in the dashboard", expect_version=2
+        )
+    assert ops.ledger.get(KEY) == record
+
+
+def test_resolve_goes_on_when_no_lookup_finds_the_effect(ops: Ops) -> None:
+    record = ops.unknown(KEY, happened=False)  # lost before the fake acted: nothing to find
+    result = resolve(ops, "--as", "rejected", "--adapters", "ops_fake_adapters:adapters", version=record.version)
+    assert result.exit_code == 0, result.output
+    assert ops.ledger.get(KEY).status == "rejected"
+    assert ops.fake.effects() == []
 
 
 def test_resolve_confirmed_records_operator_evidence_and_audit(ops: Ops) -> None:

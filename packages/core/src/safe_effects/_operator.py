@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._adapter import EffectRequest, ProviderAdapter
+from ._adapter import EffectRequest, LookupStatus, ProviderAdapter
 from ._approvals import Approval, ApprovalState, decided_meanwhile
 from ._errors import ApprovalError, InvalidInput, StaleRecord
 from ._keys import IntentKey
@@ -80,9 +80,18 @@ def _confirmed_version(trail: Sequence[AuditEntry], record: EffectRecord) -> int
 class Operator:
     """Resolve, approve, decline and compensate intents for a named person, never silently."""
 
-    def __init__(self, ledger: Ledger, *, thresholds: ApprovalThresholds | None = None) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        thresholds: ApprovalThresholds | None = None,
+        adapters: Mapping[str, ProviderAdapter[Any]] | None = None,
+    ) -> None:
+        """``adapters`` (provider name -> adapter): with the record's provider among them, a resolution first
+        looks the effect up at the provider (see :meth:`resolve`)."""
         self.ledger = ledger
         self.thresholds = thresholds or ApprovalThresholds()
+        self.adapters = adapters
 
     def resolve(
         self,
@@ -97,7 +106,11 @@ class Operator:
         evidence: str | None = None,
     ) -> Decision:
         """Settle an unknown intent at the version the operator saw, or park it for a second operator. A rejected
-        intent may be corrected to confirmed the same way, when its provider's own evidence says it acted."""
+        intent may be corrected to confirmed the same way, when its provider's own evidence says it acted.
+
+        With an adapter for the record's provider (``Operator(adapters=...)``) the effect is looked up first: a
+        rejection of an effect the provider holds, or a confirmation naming another object than it holds, is
+        refused (:class:`InvalidInput`), since a rejected intent's job moves on to a new key and sends again."""
         operator = _identity(operator)
         reason = _required(reason, "a reason (--reason)")
         to = settled_status(to)
@@ -109,6 +122,7 @@ class Operator:
             evidence = _optional(evidence, "the evidence reference (--evidence)")
         record = self._current(intent_key, tenant, expect_version, to)
         self.ledger._refuse_contradicted(record, to, provider_result_id)  # before a request waits for a second operator
+        self._refuse_what_the_provider_holds(record, to, provider_result_id)
         why = self.thresholds.requires_approval(record.summary)
         if why is None:
             self._check_nothing_pending(record)
@@ -291,6 +305,37 @@ class Operator:
                 "lists what is recorded)"
             )
         return record
+
+    def _refuse_what_the_provider_holds(
+        self, record: EffectRecord, to: EffectStatus, provider_result_id: str | None
+    ) -> None:
+        """A lookup, where this operator has the provider's adapter, that contradicts the resolution refuses it:
+        an operator who found nothing in a dashboard may have searched the wrong account or too early."""
+        if self.adapters is None or record.status is S.PREPARED:  # a prepared intent was never sent: nothing to find
+            return
+        try:
+            adapter = self.adapters.get(record.provider)
+        except InvalidInput as unbuilt:  # registered, but not configured here (its API key not set, say)
+            raise InvalidInput(
+                f"{unbuilt}; a resolution looks the effect up at the provider first: configure it, or pass "
+                "--no-lookup to decide on your evidence alone"
+            ) from unbuilt
+        if adapter is None:
+            return
+        found = adapter.lookup(record)
+        if found.status is not LookupStatus.FOUND:
+            return
+        held = f"a lookup at {record.provider} ({found.method}) found {found.provider_result_id or 'it'}"
+        if to is S.REJECTED:
+            raise InvalidInput(
+                f"intent {record.intent_key!r} cannot be resolved as rejected: {held}, so it acted; resolve it as "
+                "confirmed with that id, or check at the provider (--no-lookup skips this check)"
+            )
+        if provider_result_id is not None and found.provider_result_id not in (None, provider_result_id):
+            raise InvalidInput(
+                f"intent {record.intent_key!r} cannot be confirmed as {provider_result_id!r}: {held}; check "
+                "--provider-id (--no-lookup skips this check)"
+            )
 
     def _pending(self, intent_key: IntentKey | str, tenant: str) -> Approval:
         key, tenant = IntentKey.parse(intent_key), self.ledger._tenant(tenant)

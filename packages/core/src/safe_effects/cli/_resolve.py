@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from safe_effects._adapter_registry import load_adapters
 from safe_effects._approvals import Approval
 from safe_effects._operator import Decision, Operator, actor
 from safe_effects._states import EffectStatus
@@ -15,6 +16,7 @@ from safe_effects._thresholds import ENV_THRESHOLDS, ApprovalThresholds
 
 from ._common import (
     NO_PERSONAL_DATA,
+    AdaptersSpec,
     AsJson,
     OperatorName,
     ReasonText,
@@ -77,14 +79,20 @@ def resolve(
     ] = None,
     tenant: Tenant = DEFAULT_TENANT,
     approval_threshold: Thresholds = None,
+    adapters: AdaptersSpec = None,
+    no_lookup: Annotated[
+        bool, typer.Option("--no-lookup", help="Do not look the effect up at the provider first.")
+    ] = False,
     as_json: AsJson = False,
 ) -> None:
     """Settle an unknown intent as confirmed or rejected, if it is still at the version you looked at; withdraw
     a prepared one (never sent) as rejected; or correct a rejected one to confirmed, when its provider's own
-    answer or event says it acted."""
+    answer or event says it acted. Where the provider's adapter is at hand (installed and configured, or
+    --adapters) the effect is looked up first, and a resolution the lookup contradicts is refused."""
     thresholds = ApprovalThresholds.configured(*(approval_threshold or []))
+    lookups = None if no_lookup else load_adapters(adapters)
     with opened(store, worker_id=actor(operator)) as ledger:
-        decision = Operator(ledger, thresholds=thresholds).resolve(
+        decision = Operator(ledger, thresholds=thresholds, adapters=lookups).resolve(
             key,
             to=EffectStatus(to.value),
             operator=operator,
