@@ -22,6 +22,7 @@ from safe_effects import (
     EffectUnknown,
     Ledger,
     LedgerCorrupt,
+    SQLiteStore,
     StoreNotReady,
 )
 from safe_effects.testing import GenericFakeAdapter, GenericFakeProvider
@@ -76,6 +77,29 @@ def test_a_damaged_sqlite_file_refuses_a_claim_with_ledger_corrupt_and_sends_not
 
     assert len(fake.effects()) == 1  # only inv_1's, from before the damage
     assert _rows_on_file(path) == [("invoice:inv_1:collect:v1", "confirmed")]
+
+
+def test_a_header_damaged_under_a_running_worker_is_ledger_corrupt(tmp_path: Path, fake: GenericFakeProvider) -> None:
+    path = tmp_path / "ledger.db"
+    with Ledger.open(f"sqlite:///{path}") as ledger:
+        ledger.execute(GenericFakeAdapter(fake), REQUEST, intent_key="invoice:inv_1:collect:v1")
+        with closing(sqlite3.connect(path)) as other:  # the last commits moved from the WAL into the file
+            other.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        with path.open("r+b") as file:  # its header, overwritten as by a torn write
+            file.write(b"\x00" * 100)
+        with pytest.raises(LedgerCorrupt, match=REMEDY):
+            ledger.execute(GenericFakeAdapter(fake), REQUEST, intent_key="invoice:inv_2:collect:v1")
+    assert len(fake.effects()) == 1
+
+
+def test_a_closed_connection_keeps_its_own_error(tmp_path: Path) -> None:
+    """The sqlite3 module's own errors carry no SQLite error name: passed on as they are, not as AttributeError."""
+    store = SQLiteStore(tmp_path / "ledger.db")
+    store.migrate()
+    store._conn().close()  # as a close racing a running call leaves it
+    with pytest.raises(sqlite3.ProgrammingError, match="closed database"):
+        store.get("default", "invoice:inv_1:collect:v1")
+    store.close()
 
 
 @pytest.fixture

@@ -107,7 +107,7 @@ def test_a_ledger_handed_to_another_process_is_refused_by_name(store_url: str) -
     naming a thread-local (the misuse review); the refusal says where to open the ledger instead."""
     with Ledger.open(store_url) as ledger:
         with pytest.raises(
-            TypeError, match=r"cannot be pickled: it holds open database connections.*worker_process_init"
+            TypeError, match=r"cannot be pickled or copied: it holds open database connections.*worker_process_init"
         ):
             pickle.dumps(ledger)
         with pytest.raises(TypeError, match="cannot be pickled"):

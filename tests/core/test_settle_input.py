@@ -30,6 +30,7 @@ from safe_effects import (
     Resolution,
     RetryPolicy,
     UndigestibleRequest,
+    UnknownTenant,
 )
 from safe_effects.testing import (
     FakeFailure,
@@ -138,6 +139,14 @@ def test_settle_refuses_a_rejection_the_providers_own_events_contradict(world: W
     assert world.ledger.get(KEY) == world.record
     assert world.ledger.store.audit_trail("default", KEY) == world.trail
     assert len(world.fake.effects()) == 1
+
+
+def test_settle_refuses_another_tenants_record_before_reading_its_evidence(world: World) -> None:
+    assert world.ledger.record_evidence(evidence(verdict=EvidenceVerdict.ACCEPTS, kind="processed")) is True
+    acme_only = Ledger(world.ledger.store, tenants={"acme"})
+    with pytest.raises(UnknownTenant):  # not an InvalidInput quoting the default tenant's events
+        acme_only.settle(world.record, EffectStatus.REJECTED, resolution=BY_HAND, actor="operator:alice")
+    assert world.ledger.get(KEY) == world.record
 
 
 @pytest.mark.parametrize(

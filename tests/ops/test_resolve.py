@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator, Mapping
 from contextlib import closing, contextmanager
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from safe_effects import (
     ApprovalState,
+    EffectRecord,
     EffectRejected,
     EffectRequest,
     EffectStatus,
@@ -20,6 +21,8 @@ from safe_effects import (
     EvidenceVerdict,
     InvalidInput,
     Ledger,
+    LookupResult,
+    LookupStatus,
     Operator,
     Reconciler,
     Resolution,
@@ -27,6 +30,7 @@ from safe_effects import (
 )
 from safe_effects._store_url import parse_postgres_url  # the store's own reading of its URL
 from safe_effects.cli._app import app
+from safe_effects.testing import GenericFakeAdapter, GenericFakeProvider
 
 if TYPE_CHECKING:
     from conftest import Ops
@@ -67,6 +71,61 @@ def test_resolve_looks_the_effect_up_first_and_refuses_what_the_provider_contrad
     assert decided.exit_code == 0, decided.output
     assert ops.ledger.get(KEY).status == "rejected"
     assert len(ops.fake.effects()) == 1
+
+
+def test_approve_looks_the_effect_up_again_before_applying_a_rejection(ops: Ops) -> None:
+    """The QA pass: a rejection asked for while the provider's search lagged was applied by the approver after
+    the charge had become visible, and the job's `:v2` charged again."""
+    record = ops.unknown(KEY, amount=250_000)
+    asked = resolve(ops, "--as", "rejected", "--no-lookup", version=record.version, env=BIG)
+    assert "pending:" in asked.stdout
+    approved = ops.cli("approve", KEY, "--operator", "bob", "--adapters", "ops_fake_adapters:adapters")
+    assert approved.exit_code == 1
+    assert "cannot be resolved as rejected: a lookup at fake (search) found" in approved.stderr
+    assert ops.ledger.get(KEY) == record
+    [waiting] = ops.cli_json("pending")
+    assert waiting["state"] == "pending"  # refused, not applied: a confirmation may replace it
+
+
+class Answering(GenericFakeAdapter):
+    """The fake, whose lookups answer as told and whose search may lag as told."""
+
+    def __init__(self, fake: GenericFakeProvider, answer: LookupResult, lag: timedelta | None = None) -> None:
+        super().__init__(fake)
+        self.answer = answer
+        search = self.contract.lookups[0].model_copy(update={"lag": lag})
+        self.contract = self.contract.model_copy(update={"lookups": (search,)})
+
+    def lookup(self, record: EffectRecord) -> LookupResult:
+        return self.answer
+
+
+def test_a_confirmation_of_what_the_provider_refused_is_refused(ops: Ops) -> None:
+    record = ops.unknown(KEY, happened=False)
+    declined = LookupResult(LookupStatus.REFUSED, "search", provider_result_id="fx_declined")
+    with pytest.raises(InvalidInput, match=r"cannot be resolved as confirmed: .* found it refused \(fx_declined\)"):
+        Operator(ops.ledger, adapters={"fake": Answering(ops.fake, declined)}).resolve(
+            KEY, to=EffectStatus.CONFIRMED, operator="alice", reason="seen", expect_version=2,
+            provider_result_id="fx_declined", evidence="dashboard",
+        )  # fmt: skip
+    assert ops.ledger.get(KEY) == record
+
+
+def test_a_rejection_waits_out_the_lag_of_a_search_that_found_nothing(ops: Ops) -> None:
+    record = ops.unknown(KEY, happened=False)
+    nothing = LookupResult(LookupStatus.INCONCLUSIVE, "search")
+    lagging = {"fake": Answering(ops.fake, nothing, lag=timedelta(hours=1))}
+    with pytest.raises(InvalidInput, match=r"cannot be resolved as rejected yet: .* may lag up to 1:00:00 behind"):
+        Operator(ops.ledger, adapters=lagging).resolve(
+            KEY, to=EffectStatus.REJECTED, operator="alice", reason="not in the dashboard", expect_version=2
+        )
+    assert ops.ledger.get(KEY) == record
+    an_hour_later = Ledger(ops.ledger.store, clock=lambda: datetime.now(UTC) + timedelta(hours=1, minutes=1))
+    decision = Operator(an_hour_later, adapters=lagging).resolve(
+        KEY, to=EffectStatus.REJECTED, operator="alice", reason="not in the dashboard", expect_version=2
+    )
+    assert decision.record.status is EffectStatus.REJECTED
+    assert ops.fake.effects() == []
 
 
 class Unconfigured(Mapping[str, Any]):

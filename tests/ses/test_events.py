@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -22,6 +24,7 @@ from safe_effects import (
     IntentKey,
     InvalidInput,
     Ledger,
+    LedgerUnavailable,
     PostgresStore,
     PrometheusObserver,
     SQLiteStore,
@@ -311,11 +314,20 @@ def test_a_ledger_that_does_not_answer_stops_the_batch_with_one_warning_and_keep
         sqs.send_message(QueueUrl=queue_url, MessageBody=sns_envelope(event))
     with ledger_not_answering(store_url) as down:
         poller = ses_safe.SQSEventPoller(down, sqs, queue_url, visibility_timeout=0)
-        assert poller.poll_once() == []
-    assert poller.counts == {"error": 1}
-    [warning] = [r for r in caplog.records if r.name == "ses_safe"]
-    assert (warning.levelname, warning.exc_info) == ("WARNING", None)
-    assert warning.getMessage().startswith("SES events not ingested, left on the queue from ")
+        with pytest.raises(LedgerUnavailable):  # raised, so a loop backs off (receives count toward the DLQ)
+            poller.poll_once()
+        stop = threading.Event()
+        loop = threading.Thread(target=poller.run, args=(stop,), kwargs={"min_wait": 5.0})
+        loop.start()  # polls at once, fails, then waits 5 s: stopped meanwhile, it polls no more
+        time.sleep(0.5)
+        stop.set()
+        loop.join(timeout=5)
+    assert not loop.is_alive()
+    assert poller.counts == {"error": 2}
+    warnings = [r for r in caplog.records if r.name == "ses_safe"]
+    assert [(w.levelname, w.exc_info) for w in warnings] == [("WARNING", None)] * 3  # no traceback per message
+    assert warnings[0].getMessage().startswith("SES events not ingested, left on the queue from ")
+    assert "polling again in 5.0 s" in warnings[2].getMessage()
     assert ledger.get(KEY).status is EffectStatus.UNKNOWN
 
     ses_safe.SQSEventPoller(ledger, sqs, queue_url).drain()  # the ledger is back: both events are still there
@@ -657,7 +669,8 @@ def test_the_poller_keeps_forged_messages_and_waits_for_an_unreachable_certifica
 
     genuine = signer.sign(sns_envelope(ses_event("Delivery", message_id=message_id, tags=tags)))
     sqs.send_message(QueueUrl=queue_url, MessageBody=genuine)
-    assert poller.poll_once() == []
+    with pytest.raises(ses_safe.SnsCertificateUnavailable):
+        poller.poll_once()
     assert poller.counts["error"] == 1
     _nothing_recorded(ledger)
     reachable[0] = True

@@ -294,7 +294,7 @@ class Ledger:
     def __reduce__(self) -> NoReturn:
         """Refused by name: pickle's own error names a thread-local deep inside the store."""
         raise TypeError(
-            "a Ledger (and a client holding one) cannot be pickled: it holds open database connections. Open the "
+            "a Ledger cannot be pickled or copied: it holds open database connections. Open the "
             "ledger in the process that uses it: Ledger.open(url) in a spawned process's target, a pool's "
             "initializer or Celery's worker_process_init, not in the parent"
         )
@@ -490,6 +490,7 @@ class Ledger:
         rejection after an event says the provider took the request, say, which a retry under a new key
         would turn into a second effect.
         """
+        self._tenant(record.tenant)  # before its evidence is read: a record of another tenant is no way in
         to = settled_status(to)
         self._refuse_contradicted(record, to, provider_result_id)  # evidence may have arrived since it was asked
         return self._settle(

@@ -10,11 +10,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._adapter import EffectRequest, LookupStatus, ProviderAdapter
+from ._adapter import EffectRequest, ProviderAdapter
 from ._approvals import Approval, ApprovalState, decided_meanwhile
 from ._errors import ApprovalError, InvalidInput, StaleRecord
 from ._keys import IntentKey
 from ._ledger import Ledger
+from ._provider_check import refuse_what_the_provider_holds
 from ._records import AuditEntry, EffectRecord, Receipt, Resolution
 from ._states import EffectStatus, resolvable, settled_status
 from ._tenants import DEFAULT_TENANT
@@ -122,7 +123,7 @@ class Operator:
             evidence = _optional(evidence, "the evidence reference (--evidence)")
         record = self._current(intent_key, tenant, expect_version, to)
         self.ledger._refuse_contradicted(record, to, provider_result_id)  # before a request waits for a second operator
-        self._refuse_what_the_provider_holds(record, to, provider_result_id)
+        refuse_what_the_provider_holds(self.adapters, record, to, provider_result_id, now=self.ledger.clock())
         why = self.thresholds.requires_approval(record.summary)
         if why is None:
             self._check_nothing_pending(record)
@@ -184,6 +185,10 @@ class Operator:
                 f"v{approval.expected_version}, now {record.status} v{record.version}{again}); the request is "
                 "closed as stale: look again and resolve anew if still needed"
             )
+        # the provider may show now what it did not when it was asked (a search index catching up)
+        refuse_what_the_provider_holds(
+            self.adapters, record, approval.to_status, approval.provider_result_id, now=self.ledger.clock()
+        )
         decided = approval.decided(ApprovalState.APPLIED, by=operator, reason=reason, at=self.ledger.clock())
         resolution = Resolution(
             method=OPERATOR_METHOD,
@@ -305,37 +310,6 @@ class Operator:
                 "lists what is recorded)"
             )
         return record
-
-    def _refuse_what_the_provider_holds(
-        self, record: EffectRecord, to: EffectStatus, provider_result_id: str | None
-    ) -> None:
-        """A lookup, where this operator has the provider's adapter, that contradicts the resolution refuses it:
-        an operator who found nothing in a dashboard may have searched the wrong account or too early."""
-        if self.adapters is None or record.status is S.PREPARED:  # a prepared intent was never sent: nothing to find
-            return
-        try:
-            adapter = self.adapters.get(record.provider)
-        except InvalidInput as unbuilt:  # registered, but not configured here (its API key not set, say)
-            raise InvalidInput(
-                f"{unbuilt}; a resolution looks the effect up at the provider first: configure it, or pass "
-                "--no-lookup to decide on your evidence alone"
-            ) from unbuilt
-        if adapter is None:
-            return
-        found = adapter.lookup(record)
-        if found.status is not LookupStatus.FOUND:
-            return
-        held = f"a lookup at {record.provider} ({found.method}) found {found.provider_result_id or 'it'}"
-        if to is S.REJECTED:
-            raise InvalidInput(
-                f"intent {record.intent_key!r} cannot be resolved as rejected: {held}, so it acted; resolve it as "
-                "confirmed with that id, or check at the provider (--no-lookup skips this check)"
-            )
-        if provider_result_id is not None and found.provider_result_id not in (None, provider_result_id):
-            raise InvalidInput(
-                f"intent {record.intent_key!r} cannot be confirmed as {provider_result_id!r}: {held}; check "
-                "--provider-id (--no-lookup skips this check)"
-            )
 
     def _pending(self, intent_key: IntentKey | str, tenant: str) -> Approval:
         key, tenant = IntentKey.parse(intent_key), self.ledger._tenant(tenant)

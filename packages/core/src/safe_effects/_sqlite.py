@@ -43,7 +43,9 @@ from ._tenants import check_tenant
 
 # result codes (and their extended forms) that say the file cannot be written now, not that the SQL is wrong
 _UNAVAILABLE = ("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_IOERR", "SQLITE_FULL", "SQLITE_CANTOPEN")
-_CORRUPT = "SQLITE_CORRUPT"  # and its extended codes (SQLITE_CORRUPT_INDEX, ...)
+# a damaged page (and its extended codes, SQLITE_CORRUPT_INDEX ...) or header: a file that was the ledger (a wrong
+# path is caught as it is opened, see SQLiteStore._connect)
+_CORRUPT = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -142,9 +144,10 @@ def _alive(owner: weakref.ref[threading.Thread]) -> bool:
 def _raise_typed(error: sqlite3.DatabaseError, path: Path, what: str) -> None:
     """A locked, failing or full file is :class:`LedgerUnavailable` (``what`` says what it did not do); a
     damaged one is :class:`LedgerCorrupt`; anything else is left to its caller to raise."""
-    if error.sqlite_errorname.startswith(_UNAVAILABLE):
+    name = getattr(error, "sqlite_errorname", None) or ""  # the sqlite3 module's own errors have none
+    if name.startswith(_UNAVAILABLE):
         raise LedgerUnavailable(f"the SQLite ledger {path} {what}: {error}") from error
-    if error.sqlite_errorname.startswith(_CORRUPT):
+    if name.startswith(_CORRUPT):
         raise LedgerCorrupt(
             f"the SQLite ledger {path} is damaged ({error}): nothing was written; stop its workers and restore it "
             "from a backup (docs/operations.md, Backups and restores)"

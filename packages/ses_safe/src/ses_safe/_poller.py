@@ -61,7 +61,13 @@ class SQSEventPoller:
 
     def poll_once(self) -> list[IngestResult]:
         """One receive call; each message is ingested and deleted, unless ingesting it raised or its topic is not
-        expected (then it is redelivered, or moved to the queue's dead-letter queue by its redrive policy)."""
+        expected (then it is redelivered, or moved to the queue's dead-letter queue by its redrive policy).
+
+        A ledger that does not answer (:class:`LedgerUnavailable`), or SNS certificates that cannot be fetched
+        now, stops the batch at the first message that meets it, logged once, and is raised once the messages
+        ingested before it are deleted: the rest would each wait and fail alike, and a loop that received again
+        at once would count receives against every message until the dead-letter queue took them all (``run``
+        backs off instead)."""
         options: dict[str, Any] = {
             "QueueUrl": self._queue_url,
             "MaxNumberOfMessages": self._batch_size,
@@ -78,10 +84,10 @@ class SQSEventPoller:
                 log.error("SES event %s refused, left on the queue: %s", message.get("MessageId"), refused)
                 self.counts[UNTRUSTED if isinstance(refused, UntrustedTopic) else BAD_SIGNATURE] += 1
                 continue
-            except (LedgerUnavailable, SnsCertificateUnavailable) as down:  # the next ones would wait and fail alike
+            except (LedgerUnavailable, SnsCertificateUnavailable) as down:
                 log.warning("SES events not ingested, left on the queue from %s on: %s", message.get("MessageId"), down)
                 self.counts[ERROR] += 1
-                break
+                raise
             except Exception:
                 log.exception("SES event %s not ingested; left on the queue", message.get("MessageId"))
                 self.counts[ERROR] += 1
@@ -94,10 +100,10 @@ class SQSEventPoller:
     def run(self, stop: threading.Event | None = None, *, min_wait: float = 1.0, max_wait: float = 60.0) -> None:
         """Poll until ``stop`` is set (for good without one): the poller's main loop.
 
-        A poll that fails (SQS unreachable or throttling, credentials expired) is logged and made again after a
-        pause that doubles from ``min_wait`` up to ``max_wait`` seconds: an outage never ends the poller, and
-        the events wait on the queue meanwhile. With short polling (``wait_seconds=0``) an empty receive pauses
-        ``min_wait`` too, rather than call SQS in a tight loop.
+        A poll that fails (SQS unreachable or throttling, credentials expired, the ledger not answering) is logged
+        and made again after a pause that doubles from ``min_wait`` up to ``max_wait`` seconds: an outage never
+        ends the poller, and the events wait on the queue meanwhile. With short polling (``wait_seconds=0``) an
+        empty receive pauses ``min_wait`` too, rather than call SQS in a tight loop.
         """
         stop = stop or threading.Event()
 
@@ -111,9 +117,13 @@ class SQSEventPoller:
             sleep=pause,
             before_sleep=self._log_failed_poll,
         )
+
+        def poll() -> list[IngestResult]:  # a pause that ``stop`` ended polls no more
+            return [] if stop.is_set() else self.poll_once()
+
         while not stop.is_set():
             try:
-                results = retrying(self.poll_once)
+                results = retrying(poll)
             except RetryError:  # stopped while waiting to poll again
                 return
             if not results and self._wait_seconds == 0:

@@ -34,6 +34,7 @@ class Settle(StrEnum):
     REJECTED = "rejected"
 
 
+NoLookup = Annotated[bool, typer.Option("--no-lookup", help="Do not look the effect up at the provider first.")]
 Thresholds = Annotated[
     list[str] | None,
     typer.Option(
@@ -80,9 +81,7 @@ def resolve(
     tenant: Tenant = DEFAULT_TENANT,
     approval_threshold: Thresholds = None,
     adapters: AdaptersSpec = None,
-    no_lookup: Annotated[
-        bool, typer.Option("--no-lookup", help="Do not look the effect up at the provider first.")
-    ] = False,
+    no_lookup: NoLookup = False,
     as_json: AsJson = False,
 ) -> None:
     """Settle an unknown intent as confirmed or rejected, if it is still at the version you looked at; withdraw
@@ -114,11 +113,15 @@ def approve(
     reason: Annotated[
         str | None, typer.Option("--reason", help=f"Optional note from the approver. {NO_PERSONAL_DATA}")
     ] = None,
+    adapters: AdaptersSpec = None,
+    no_lookup: NoLookup = False,
     as_json: AsJson = False,
 ) -> None:
-    """Apply another operator's pending resolution (you cannot approve your own)."""
+    """Apply another operator's pending resolution (you cannot approve your own), looking the effect up at the
+    provider first as resolve does."""
+    lookups = None if no_lookup else load_adapters(adapters)
     with opened(store, worker_id=actor(operator)) as ledger:
-        decision = Operator(ledger).approve(key, operator=operator, tenant=tenant, reason=reason)
+        decision = Operator(ledger, adapters=lookups).approve(key, operator=operator, tenant=tenant, reason=reason)
     _report(decision, as_json)
 
 

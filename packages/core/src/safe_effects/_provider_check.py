@@ -1,0 +1,95 @@
+"""An operator's resolution checked against the provider itself, where its adapter is at hand.
+
+An operator who found nothing in a dashboard may have searched the wrong account, or searched before the
+provider's index caught up; resolved as rejected, the intent's job moves on to a new key and sends again. So a
+resolution (and the approval that applies one) first looks the effect up, and refuses what the lookup
+contradicts. ``--no-lookup`` (no adapters) leaves the decision to the operator's evidence alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from ._adapter import LookupResult, LookupStatus, ProviderAdapter
+from ._errors import InvalidInput
+from ._records import EffectRecord
+from ._states import EffectStatus
+
+_SKIP = "--no-lookup skips this check"
+
+
+def refuse_what_the_provider_holds(
+    adapters: Mapping[str, ProviderAdapter[Any]] | None,
+    record: EffectRecord,
+    to: EffectStatus,
+    provider_result_id: str | None,
+    *,
+    now: datetime,
+) -> None:
+    """:class:`InvalidInput` when a lookup at ``record``'s provider contradicts settling it as ``to``: a
+    rejection of an effect it finds, or while its index may not show it yet (within the lookup's lag of the
+    send); a confirmation of one it refused, or naming another object than it finds. Nothing happens without
+    an adapter for the provider, or for a prepared record (never sent: nothing to find)."""
+    if adapters is None or record.status is EffectStatus.PREPARED:
+        return
+    adapter = _adapter(adapters, record.provider)
+    if adapter is None:
+        return
+    try:
+        found = adapter.lookup(record)
+    except Exception as failed:  # a provider down, a key revoked: the operator decides whether to wait
+        raise InvalidInput(
+            f"intent {record.intent_key!r}: the lookup at {record.provider} failed ({type(failed).__name__}: "
+            f"{failed}); try again later, or pass --no-lookup to decide on your evidence alone"
+        ) from failed
+    if to is EffectStatus.REJECTED:
+        _refuse_rejecting(adapter, record, found, now)
+    elif to is EffectStatus.CONFIRMED:
+        _refuse_confirming(record, found, provider_result_id)
+
+
+def _adapter(adapters: Mapping[str, ProviderAdapter[Any]], provider: str) -> ProviderAdapter[Any] | None:
+    try:
+        return adapters.get(provider)
+    except InvalidInput as unbuilt:  # registered, but not configured here (its API key not set, say)
+        raise InvalidInput(
+            f"{unbuilt}; a resolution looks the effect up at the provider first: configure it, or pass "
+            "--no-lookup to decide on your evidence alone"
+        ) from unbuilt
+
+
+def _refuse_rejecting(adapter: ProviderAdapter[Any], record: EffectRecord, found: LookupResult, now: datetime) -> None:
+    key, provider = record.intent_key, record.provider
+    if found.status is LookupStatus.FOUND:
+        raise InvalidInput(
+            f"intent {key!r} cannot be resolved as rejected: a lookup at {provider} ({found.method}) found "
+            f"{found.provider_result_id or 'it'}, so it acted; resolve it as confirmed with that id, or check at "
+            f"the provider ({_SKIP})"
+        )
+    if found.status is not LookupStatus.INCONCLUSIVE:
+        return
+    lags = [m.lag for m in adapter.contract_for(record.operation).lookups if m.lag is not None]
+    sent = record.dispatched_at or record.first_dispatched_at
+    if lags and sent is not None and now < sent + max(lags):
+        raise InvalidInput(
+            f"intent {key!r} cannot be resolved as rejected yet: a lookup at {provider} ({found.method}) found "
+            f"nothing, but it may lag up to {max(lags)} behind and the intent was sent at {sent}; look again "
+            f"after {sent + max(lags)} ({_SKIP})"
+        )
+
+
+def _refuse_confirming(record: EffectRecord, found: LookupResult, provider_result_id: str | None) -> None:
+    key, provider = record.intent_key, record.provider
+    if found.status is LookupStatus.REFUSED:
+        raise InvalidInput(
+            f"intent {key!r} cannot be resolved as confirmed: a lookup at {provider} ({found.method}) found it "
+            f"refused{f' ({found.provider_result_id})' if found.provider_result_id else ''}, so nothing was done; "
+            f"resolve it as rejected, or check at the provider ({_SKIP})"
+        )
+    if found.status is LookupStatus.FOUND and found.provider_result_id not in (None, provider_result_id):
+        raise InvalidInput(
+            f"intent {key!r} cannot be confirmed as {provider_result_id!r}: a lookup at {provider} "
+            f"({found.method}) found {found.provider_result_id}; check --provider-id ({_SKIP})"
+        )
