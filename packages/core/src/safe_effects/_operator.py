@@ -109,9 +109,10 @@ class Operator:
         """Settle an unknown intent at the version the operator saw, or park it for a second operator. A rejected
         intent may be corrected to confirmed the same way, when its provider's own evidence says it acted.
 
-        With an adapter for the record's provider (``Operator(adapters=...)``) the effect is looked up first: a
-        rejection of an effect the provider holds, or a confirmation naming another object than it holds, is
-        refused (:class:`InvalidInput`), since a rejected intent's job moves on to a new key and sends again."""
+        With an adapter for the record's provider (``Operator(adapters=...)``) the effect is looked up first, and
+        a resolution the lookup contradicts is refused (:class:`InvalidInput`; see
+        :func:`refuse_what_the_provider_holds`), since a rejected intent's job moves on to a new key and sends
+        again; :meth:`approve` looks again before it applies one."""
         operator = _identity(operator)
         reason = _required(reason, "a reason (--reason)")
         to = settled_status(to)
