@@ -368,7 +368,13 @@ The `cpu_split.py` table above is measured in this run; the rest comes from diag
   is 1.7-1.9 x its single-process figure, raw and executor alike. `cpu_split.py` turns the target into a
   single-process budget: half the raw pair's CPU (its reading above is this run's). The server's CPU is read
   from /proc over each slice and moves with anything else PostgreSQL does, so that reading varies from run
-  to run by tens of microseconds.
+  to run by tens of microseconds. On 2026-11-30 (stop 26, another VM), eight synchronised processes of
+  1,500-2,000 effects each, all CPU from /proc/stat: raw 345-349 us per effect, of it this client's 110-131
+  us (118 in one process); executor 581-613 us, of it the client's 287-358 us (205 in one process). There
+  the raw pair's client CPU did not grow under contention and the executor's grew by half: the executor's
+  larger working set of code and objects is evicted at every switch between the eight processes. The
+  garbage collector (`gc.freeze()`, `gc.disable()`) changed nothing, and the pool's idle threads used no
+  CPU. So the single-process budget understates what 8 workers on 2 cores need.
 - **SQLite at 8 workers is not CPU-bound.** Its writers take turns on one write lock, and a writer that
   finds it taken sleeps in SQLite's busy handler in growing steps (1, 2, 5, 10 ... 100 ms). The lock mostly
   goes to a writer that is awake, so the median call waits for no one: the 8-worker medians are the
