@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -52,7 +53,10 @@ def test_an_autocommit_connection_with_no_transaction_is_refused_and_left_as_it_
 ) -> None:
     """Joined by a BEGIN of the ledger's, nothing of the caller's would end that transaction: its later writes
     would wait in it, holding the ledger's write lock from every other writer."""
-    with Ledger.open(store_url) as ledger, sqlite3.connect(_sqlite_path(store_url), isolation_level=None) as app:
+    with (
+        Ledger.open(store_url) as ledger,
+        closing(sqlite3.connect(_sqlite_path(store_url), isolation_level=None)) as app,
+    ):
         with pytest.raises(InvalidInput, match="autocommit mode with no transaction open"):
             ledger.prepare(adapter, REQUEST, intent_key=KEY, connection=app)
         assert not app.in_transaction
@@ -72,7 +76,7 @@ def test_an_autocommit_connection_with_no_transaction_is_refused_and_left_as_it_
 
 @pytest.mark.parametrize("backend", ["sqlite"])
 def test_a_callers_row_factory_does_not_change_what_prepare_reads(store_url: str, adapter: GenericFakeAdapter) -> None:
-    with Ledger.open(store_url) as ledger, sqlite3.connect(_sqlite_path(store_url)) as app:
+    with Ledger.open(store_url) as ledger, closing(sqlite3.connect(_sqlite_path(store_url))) as app:
         app.row_factory = lambda cursor, row: {c[0]: v for c, v in zip(cursor.description, row, strict=True)}
         _prepare_twice_then_commit(ledger, adapter, app)
     assert adapter.fake.effects() == []
@@ -80,7 +84,7 @@ def test_a_callers_row_factory_does_not_change_what_prepare_reads(store_url: str
 
 @pytest.mark.parametrize("backend", ["sqlite"])
 def test_a_connection_of_another_kind_is_named_in_full(store_url: str, adapter: GenericFakeAdapter) -> None:
-    with Ledger.open(store_url) as ledger, sqlite3.connect(_sqlite_path(store_url)) as app:
+    with Ledger.open(store_url) as ledger, closing(sqlite3.connect(_sqlite_path(store_url))) as app:
         with pytest.raises(InvalidInput, match=r"got sqlite3\.Cursor"):
             ledger.prepare(adapter, REQUEST, intent_key=KEY, connection=app.cursor())
         with pytest.raises(IntentNotFound):
@@ -160,7 +164,7 @@ def test_a_connection_that_loads_types_its_own_way_reads_the_record_back(
 def test_a_connection_of_another_driver_is_named_with_what_to_pass_instead(
     store_url: str, adapter: GenericFakeAdapter, tmp_path: Path
 ) -> None:
-    with Ledger.open(store_url) as ledger, sqlite3.connect(tmp_path / "app.db") as app:
+    with Ledger.open(store_url) as ledger, closing(sqlite3.connect(tmp_path / "app.db")) as app:
         with pytest.raises(InvalidInput, match=r"got sqlite3\.Connection \(psycopg2 and async connections"):
             ledger.prepare(adapter, REQUEST, intent_key=KEY, connection=app)
         with pytest.raises(IntentNotFound):
