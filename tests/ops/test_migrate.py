@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+import traceback
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -14,8 +15,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import pytest
-from click.testing import Result
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from safe_effects import InvalidInput, Ledger, LedgerUnavailable, PostgresStore, StorePermissionDenied, open_store
 from safe_effects._passwords import redacted
@@ -161,12 +161,18 @@ def _refused_conninfos(pg_url: str) -> list[str]:
 @pytest.mark.postgres
 def test_a_password_is_masked_in_what_libpq_says_about_a_refused_conninfo(pg_url: str) -> None:
     """libpq quotes a conninfo token it cannot read verbatim; the typed error, the CLI's line included, shows
-    the password as *** in whichever form it was written."""
+    the password as *** in whichever form it was written, and a printed traceback does not chain the driver's
+    error that quoted it (psycopg's own message names an unresolvable host, password and all)."""
     for conninfo in _refused_conninfos(pg_url):
         with pytest.raises((InvalidInput, LedgerUnavailable)) as raised:
             PostgresStore(conninfo)
         assert not any(piece in str(raised.value) for piece in (_PW, _PW[:6], _PW[6:])), conninfo
-        assert "***" in str(raised.value), str(raised.value)
+        trace = "".join(traceback.format_exception(raised.value))
+        assert not any(piece in trace for piece in (_PW, _PW[:6], _PW[6:])), trace
+        # a driver error that quoted the password is not chained; one that did not (psycopg before 3.2.13 names
+        # no host in a failed name resolution) is, and then there is nothing to mask
+        quoted = raised.value.__cause__ is None
+        assert "***" in str(raised.value) or not quoted, str(raised.value)
         if "://" in conninfo:
             with pytest.raises((InvalidInput, LedgerUnavailable)) as opened:
                 Ledger.open(conninfo)
@@ -175,7 +181,7 @@ def test_a_password_is_masked_in_what_libpq_says_about_a_refused_conninfo(pg_url
                 printed = run(conninfo, command)
                 assert printed.exit_code == 1
                 assert _PW[6:] not in printed.stdout + printed.stderr
-                assert "***" in printed.stderr, printed.stderr
+                assert "***" in printed.stderr or not quoted, printed.stderr
 
 
 def test_an_unreachable_postgres_is_one_typed_line_at_once() -> None:

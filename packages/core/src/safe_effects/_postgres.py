@@ -380,20 +380,26 @@ def _connection_options(conninfo: str, connect_timeout: int, configure: _Configu
         options |= connection_options(configure.pool_mode)
         first = psycopg.connect(conninfo, **options)
     except psycopg.ProgrammingError as error:  # libpq refused the conninfo itself (an unknown option)
-        raise InvalidInput(f"invalid PostgreSQL conninfo: {_one_line(error, conninfo)}") from error
+        raise InvalidInput(f"invalid PostgreSQL conninfo: {_one_line(error, conninfo)}") from _cause(error, conninfo)
     except psycopg.OperationalError as error:
-        raise _unreachable(error, conninfo) from error
+        raise _unreachable(error, conninfo) from _cause(error, conninfo)
     try:
         check_pooling(
             first, partial(psycopg.connect, conninfo, **options), configure.pool_mode, configure.statement_timeout
         )
     except psycopg.OperationalError as error:
-        raise _unreachable(error, conninfo) from error
+        raise _unreachable(error, conninfo) from _cause(error, conninfo)
     return options
 
 
 def _unreachable(error: Exception, conninfo: str) -> LedgerUnavailable:
     return LedgerUnavailable(f"the PostgreSQL ledger cannot be reached: {_one_line(error, conninfo)}")
+
+
+def _cause(error: Exception, conninfo: str) -> Exception | None:
+    """``error`` to chain as the cause, or None where its text quotes the conninfo's password: a traceback
+    prints a cause whole, and psycopg quotes what it could not resolve (``failed to resolve host 'pw@db'``)."""
+    return error if masked(str(error), conninfo) == str(error) else None
 
 
 def _one_line(error: Exception, conninfo: str = "") -> str:
