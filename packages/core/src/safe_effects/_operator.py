@@ -123,7 +123,6 @@ class Operator:
             provider_result_id = _optional(provider_result_id, "the provider's id (--provider-id)")
             evidence = _optional(evidence, "the evidence reference (--evidence)")
         record = self._current(intent_key, tenant, expect_version, to)
-        self.ledger._refuse_contradicted(record, to, provider_result_id)  # before a request waits for a second operator
         refuse_what_the_provider_holds(self.adapters, record, to, provider_result_id, now=self.ledger.clock())
         why = self.thresholds.requires_approval(record.summary)
         if why is None:
@@ -138,6 +137,8 @@ class Operator:
                 detail=resolution.model_dump(exclude_none=True),
             )
             return Decision(settled)
+        # settle checks the events when it applies; a request must not wait for a second operator on what they refuse
+        self.ledger._refuse_contradicted(record, to, provider_result_id)
         request = Approval(
             tenant=record.tenant,
             intent_key=record.intent_key,
