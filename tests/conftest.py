@@ -68,6 +68,18 @@ def fresh_store_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path
 
 
 @pytest.fixture
+def pg_schema(pg_url: str) -> Iterator[str]:
+    """A PostgreSQL schema name of this test's own, dropped afterwards."""
+    import psycopg
+    from psycopg import sql
+
+    name = f"se_test_{uuid.uuid4().hex[:12]}"
+    yield name
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+@pytest.fixture
 def store_url(fresh_store_url: Callable[[], str]) -> str:
     """A migrated store's URL for ``open_store``, e.g. in a child process."""
     url = fresh_store_url()

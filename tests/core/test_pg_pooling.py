@@ -15,7 +15,6 @@ import subprocess
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,7 +22,6 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
-from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from safe_effects import (
@@ -133,15 +131,6 @@ def session_bouncer(pg_url: str) -> Iterator[str]:
         yield url
 
 
-@pytest.fixture
-def schema(pg_url: str) -> Iterator[str]:
-    """A schema name of this test's own, dropped afterwards."""
-    name = f"se_test_{uuid.uuid4().hex[:12]}"
-    yield name
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
-
-
 def _schema_exists(pg_url: str, name: str) -> bool:
     with psycopg.connect(pg_url) as conn:
         return conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (name,)).fetchone() is not None
@@ -154,29 +143,29 @@ def _url(conninfo: str, **params: str) -> str:
 
 
 def test_the_session_mode_behind_a_transaction_pooler_is_refused_at_open_and_nothing_is_created(
-    bouncer: str, schema: str, pg_url: str
+    bouncer: str, pg_schema: str, pg_url: str
 ) -> None:
     with pytest.raises(StoreNotReady, match=r"PgBouncer in transaction mode.*pool_mode=transaction"):
-        open_store(_url(bouncer, schema=schema))
+        open_store(_url(bouncer, schema=pg_schema))
     with pytest.raises(StoreNotReady, match=r"pool_mode='transaction'"):
-        Ledger.open(_url(bouncer, schema=schema))
-    assert not _schema_exists(pg_url, schema)
+        Ledger.open(_url(bouncer, schema=pg_schema))
+    assert not _schema_exists(pg_url, pg_schema)
     with psycopg.connect(bouncer, autocommit=True) as other:  # the probe's setting is gone from the shared session
         assert other.execute("SELECT current_setting('safe_effects.pool_probe', true)").fetchone() in [("",), (None,)]
 
 
 def test_a_session_pooler_with_one_server_session_opens_in_the_default_mode(
-    session_bouncer: str, schema: str, tmp_path: Path
+    session_bouncer: str, pg_schema: str, tmp_path: Path
 ) -> None:
     fake = GenericFakeProvider(tmp_path / "provider.db")
-    with Ledger.open(_url(session_bouncer, schema=schema)) as ledger:
+    with Ledger.open(_url(session_bouncer, schema=pg_schema)) as ledger:
         for n in range(8):  # past psycopg's fifth run, when it prepares the statements
             ledger.execute(GenericFakeAdapter(fake), REQUEST, intent_key=f"invoice:inv_{n}:collect:v1")
     assert len(fake.effects()) == 8
 
 
 def test_behind_a_transaction_pooler_each_intent_is_sent_once_from_many_threads(
-    bouncer: str, schema: str, tmp_path: Path
+    bouncer: str, pg_schema: str, tmp_path: Path
 ) -> None:
     fake = GenericFakeProvider(tmp_path / "provider.db")
     keys = [f"invoice:inv_{n}:collect:v1" for n in range(60)]
@@ -191,7 +180,7 @@ def test_behind_a_transaction_pooler_each_intent_is_sent_once_from_many_threads(
             except BaseException as error:  # every failure is asserted on below
                 failures.append(error)
 
-    with Ledger.open(_url(bouncer, schema=schema, pool_mode="transaction")) as ledger:
+    with Ledger.open(_url(bouncer, schema=pg_schema, pool_mode="transaction")) as ledger:
         # two threads per share: each key raced by two callers through sessions the pooler hands around
         threads = [threading.Thread(target=work, args=(ledger, keys[i % 6 :: 6])) for i in range(12)]
         for thread in threads:
@@ -213,13 +202,13 @@ def test_behind_a_transaction_pooler_each_intent_is_sent_once_from_many_threads(
 
 
 def test_behind_a_transaction_pooler_prepare_joins_a_callers_own_transactions(
-    round_robin_bouncer: str, schema: str, tmp_path: Path
+    round_robin_bouncer: str, pg_schema: str, tmp_path: Path
 ) -> None:
     """The caller's connection prepares statements as psycopg does by default (after five runs): the store's
     own statements on it must not be, or a later prepare meets a session without them."""
     adapter = GenericFakeAdapter(GenericFakeProvider(tmp_path / "provider.db"))
     keys = [f"order:o_{n}:notify:v1" for n in range(8)]
-    with Ledger.open(_url(round_robin_bouncer, schema=schema, pool_mode="transaction")) as ledger:
+    with Ledger.open(_url(round_robin_bouncer, schema=pg_schema, pool_mode="transaction")) as ledger:
         # the application's connection, through the pooler, and another client that keeps a second session busy
         with psycopg.connect(round_robin_bouncer) as caller, psycopg.connect(round_robin_bouncer) as other:
             for key in keys:
@@ -231,9 +220,9 @@ def test_behind_a_transaction_pooler_prepare_joins_a_callers_own_transactions(
         assert {ledger.get(key).status for key in keys} == {EffectStatus.PREPARED}
 
 
-def test_the_transaction_mode_also_works_on_a_direct_connection(pg_url: str, schema: str, tmp_path: Path) -> None:
+def test_the_transaction_mode_also_works_on_a_direct_connection(pg_url: str, pg_schema: str, tmp_path: Path) -> None:
     fake = GenericFakeProvider(tmp_path / "provider.db")
-    with Ledger.open(_url(pg_url, schema=schema, pool_mode="transaction")) as ledger:
+    with Ledger.open(_url(pg_url, schema=pg_schema, pool_mode="transaction")) as ledger:
         receipt = ledger.execute(GenericFakeAdapter(fake), REQUEST, intent_key="invoice:inv_1:collect:v1")
     assert receipt.record.status is EffectStatus.CONFIRMED
     assert len(fake.effects()) == 1
@@ -247,36 +236,36 @@ def test_the_transaction_mode_also_works_on_a_direct_connection(pg_url: str, sch
     ],
 )
 def test_a_server_default_the_transaction_mode_cannot_override_is_refused_at_open(
-    pg_url: str, schema: str, setting: str, refusal: str
+    pg_url: str, pg_schema: str, setting: str, refusal: str
 ) -> None:
     # what a role or database default would give, set here through the connection's options
-    url = _url(pg_url, options=f"-c%20{setting}", schema=schema, pool_mode="transaction")
+    url = _url(pg_url, options=f"-c%20{setting}", schema=pg_schema, pool_mode="transaction")
     with pytest.raises(StoreNotReady, match=refusal):
         open_store(url)
-    assert not _schema_exists(pg_url, schema)
+    assert not _schema_exists(pg_url, pg_schema)
 
 
 def test_the_transaction_mode_warns_when_no_statement_timeout_can_be_kept(
-    pg_url: str, schema: str, caplog: pytest.LogCaptureFixture
+    pg_url: str, pg_schema: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     _warn_no_statement_timeout.cache_clear()  # said once per process: forget what earlier tests made it say
     with caplog.at_level("WARNING", logger="safe_effects"):
-        PostgresStore(pg_url, schema=schema, pool_mode="transaction").close()
-        PostgresStore(pg_url, schema=schema, pool_mode="transaction", statement_timeout=None).close()
+        PostgresStore(pg_url, schema=pg_schema, pool_mode="transaction").close()
+        PostgresStore(pg_url, schema=pg_schema, pool_mode="transaction", statement_timeout=None).close()
         PostgresStore(
-            make_conninfo(pg_url, options="-c statement_timeout=5s"), schema=schema, pool_mode="transaction"
+            make_conninfo(pg_url, options="-c statement_timeout=5s"), schema=pg_schema, pool_mode="transaction"
         ).close()
-        PostgresStore(pg_url, schema=schema, pool_mode="transaction").close()  # as the first: said already
+        PostgresStore(pg_url, schema=pg_schema, pool_mode="transaction").close()  # as the first: said already
     warned = [record.getMessage() for record in caplog.records if "statement_timeout" in record.getMessage()]
     assert len(warned) == 1  # the first; the second asks for none, the third's server sets one, the fourth repeats
     assert 'ALTER ROLE "postgres"' in warned[0]
 
 
-def test_a_single_threaded_worker_holds_one_pooled_connection(bouncer: str, schema: str, tmp_path: Path) -> None:
+def test_a_single_threaded_worker_holds_one_pooled_connection(bouncer: str, pg_schema: str, tmp_path: Path) -> None:
     """The pool is ready before the first call: a call that found it empty opened a second connection, which
     counts against the pooler's max_client_conn (and, in session mode, holds a second server session)."""
     adapter = GenericFakeAdapter(GenericFakeProvider(tmp_path / "provider.db"))
-    with Ledger.open(_url(bouncer, schema=schema, pool_mode="transaction")) as ledger:
+    with Ledger.open(_url(bouncer, schema=pg_schema, pool_mode="transaction")) as ledger:
         for n in range(3):
             ledger.execute(adapter, REQUEST, intent_key=f"invoice:inv_{n}:collect:v1")
         assert isinstance(ledger.store, PostgresStore)
@@ -293,11 +282,11 @@ def test_an_unknown_pool_mode_is_refused_before_anything_is_connected(pool_mode:
 
 
 def test_a_prepared_statement_lost_under_the_store_is_store_not_ready_and_nothing_is_sent(
-    pg_url: str, schema: str, tmp_path: Path
+    pg_url: str, pg_schema: str, tmp_path: Path
 ) -> None:
     """A pooler the open-time check missed: the session's prepared statements vanish under the store."""
     fake = GenericFakeProvider(tmp_path / "provider.db")
-    store = PostgresStore(pg_url, schema=schema, max_size=1)
+    store = PostgresStore(pg_url, schema=pg_schema, max_size=1)
     store.migrate()
     with Ledger(store) as ledger:
         adapter = GenericFakeAdapter(fake)
