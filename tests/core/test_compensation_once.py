@@ -175,7 +175,7 @@ def test_the_worker_that_sent_the_refund_gets_its_receipt_when_another_caller_ma
 
     def interleaving_clock():  # type: ignore[no-untyped-def]
         """Between the sender reading the original and marking it, a second caller of the same compensation."""
-        if "_after_settled" in (frame.function for frame in inspect.stack()[1:3]) and not answered:
+        if "mark_original_compensated" in (frame.function for frame in inspect.stack()[1:3]) and not answered:
             answered.append(other.compensate(adapter, REFUND, original_key=KEY, compensating_key=REFUND_1))
         return env.clock()
 

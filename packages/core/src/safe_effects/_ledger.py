@@ -30,6 +30,7 @@ from ._adapter import (
 from ._approvals import Approval
 from ._clock import Clock, system_clock
 from ._clock_skew import DEFAULT_MAX_CLOCK_SKEW, ClockSkewGuard
+from ._compensation import check_still_named, claim_compensation, mark_original_compensated
 from ._contract import ConcurrentSameKey, ProviderContract
 from ._crash import NO_CRASH, CrashPlan, CrashPoint
 from ._digest import check_plain_json, request_digest
@@ -50,6 +51,17 @@ from ._errors import (
     MigrationsPending,
     StaleRecord,
     UnknownTenant,
+)
+from ._evidence_rules import (
+    CLOCK_SKEW,
+    DECISIVE,
+    LATE_RESPONSE,
+    acted_evidence,
+    answers_latest,
+    own_evidence,
+    shows_an_unrecorded_effect,
+    silent,
+    written_since,
 )
 from ._fork import renew_in_children
 from ._keys import SEPARATOR, IntentKey
@@ -73,11 +85,9 @@ _log = logging.getLogger("safe_effects")
 
 # what every write that ends a lease sets: no owner, no expiry, no claim token
 _NO_LEASE: Mapping[str, None] = MappingProxyType({"lease_owner": None, "lease_expires_at": None, "lease_token": None})
-LATE_RESPONSE = "late_response"  # the evidence source of an answer that came after its worker's lease
 # how often new evidence is weighed again when the record moved on meanwhile; each loss is another writer's
 # progress (a reopen, a settle), so a few rounds end it
 _EVIDENCE_ROUNDS = 5
-_DECISIVE = frozenset({EvidenceVerdict.REJECTS, EvidenceVerdict.CONFIRMS})  # settle an unknown intent alone
 # whether a record's request went out, for a conflict's message (a prepared or rejected one did not act)
 _REACHED_PROVIDER = {
     S.IN_FLIGHT: "may have reached",
@@ -96,78 +106,6 @@ def _answered_alike(current: EffectRecord, to: EffectStatus, result_id: str | No
 # older worker (EarlierVersionInDoubt): the nearest ten are read, one primary-key read each, only past v1
 _EARLIER_VERSIONS_CHECKED = 10
 _IN_DOUBT = frozenset({S.UNKNOWN, S.IN_FLIGHT, S.PREPARED})
-
-# how far the clocks of the processes that write audit rows (or stamp events an operator's resolution must not
-# contradict) may run behind the one that created a record; a purged record's audit rows are older than the
-# purge floor (days), as its last write is what the floor measures
-CLOCK_SKEW = timedelta(hours=1)
-
-
-def _written_since(at: datetime, record: EffectRecord) -> bool:
-    """Was an audit row written at ``at`` about ``record``, not about a purged record of its key?"""
-    return at >= record.created_at - CLOCK_SKEW
-
-
-def _about(evidence: Evidence, record: EffectRecord, allowance: timedelta) -> bool:
-    """Is ``evidence`` about ``record``, not about a purged record of its key?
-
-    A late answer names the record it answers (its creation time), whatever the clocks say. A provider's event
-    can arrive any time, a purged record's too (a webhook retried for days), so for what the ledger decides by
-    itself only one received after this record was created counts: a host clock behind the creator's leaves a
-    real one to a lookup or a person, never lets an old one decide. ``allowance`` widens that for checks that
-    only refuse (an operator's resolution the provider's events contradict).
-    """
-    answered = evidence.detail.get("record_created_at") if evidence.source == LATE_RESPONSE else None
-    if isinstance(answered, str):
-        return _instant(answered) == record.created_at  # the same instant, in whatever zone the worker's clock
-    return evidence.received_at >= record.created_at - allowance
-
-
-def _instant(text: str) -> datetime | None:
-    try:
-        return datetime.fromisoformat(text)
-    except ValueError:
-        return None
-
-
-def answers_latest(evidence: Evidence, record: EffectRecord) -> bool:
-    """False for a late refusal of an earlier attempt: the intent was sent again after it (written between
-    the late worker's read of the record and its evidence), and it says nothing about whether that one acted."""
-    if evidence.source != LATE_RESPONSE or evidence.verdict is not EvidenceVerdict.REJECTS:
-        return True
-    answered: object = evidence.detail.get("attempt", record.attempt_count)  # none from earlier releases
-    return answered == record.attempt_count
-
-
-def _shows_an_unrecorded_effect(record: EffectRecord, evidence: Evidence) -> bool:
-    """Evidence of an effect the record does not show: a rejected intent the provider took, or a late answer
-    naming another object than the confirmed one (its ids come from the same adapter, so they compare)."""
-    if record.status is S.REJECTED:
-        # an acceptance (SES Send, SendGrid processed) may come with a refusal (Reject, dropped): only a
-        # confirmation says the provider carried it out
-        return evidence.verdict is EvidenceVerdict.CONFIRMS
-    return (
-        record.status in (S.CONFIRMED, S.COMPENSATED)
-        and evidence.source == LATE_RESPONSE
-        and evidence.verdict is EvidenceVerdict.CONFIRMS
-        and None not in (evidence.provider_result_id, record.provider_result_id)
-        and evidence.provider_result_id != record.provider_result_id
-    )
-
-
-def _silent(evidence: Evidence) -> bool:
-    """Evidence that says nothing about whether an attempt acted: informational, and not a late answer."""
-    return evidence.verdict is EvidenceVerdict.INFORMATIONAL and evidence.source != LATE_RESPONSE
-
-
-def _not_this_compensation(record: EffectRecord, original_key: IntentKey) -> IllegalTransition:
-    linked = f"as compensating {record.compensates!r}" if record.compensates else "as a plain intent"
-    return IllegalTransition(
-        S.CONFIRMED.value,
-        S.COMPENSATED.value,
-        original_key,
-        why=f"{record.intent_key!r} is already recorded {linked}; a compensation needs a key of its own",
-    )
 
 
 @lru_cache(maxsize=32)
@@ -337,7 +275,7 @@ class Ledger:
         self._refuse_short_lease(contract)
         self._refuse_unsendable(adapter, request, fresh)
         if fresh.compensates is not None:
-            self._claim_compensation(fresh)  # refused here: nothing written, nothing sent (one per original)
+            claim_compensation(self, fresh)  # refused here: nothing written, nothing sent (one per original)
         else:
             self._refuse_while_earlier_in_doubt(fresh)
         try:
@@ -347,7 +285,7 @@ class Ledger:
             raise
         if fresh.compensates is not None:
             try:
-                self._check_still_named(record, fresh, created=created)
+                check_still_named(self, record, fresh, created=created)
             except LedgerUnavailable:
                 if created:  # written, never sent, maybe not put back: like a claim whose answer was lost
                     self._unsent.failed(record, tag, fresh.created_at)
@@ -507,7 +445,7 @@ class Ledger:
     def _refuse_contradicted(self, record: EffectRecord, to: EffectStatus, provider_result_id: str | None) -> None:
         """See :func:`refuse_contradicted`: the record's own events about its latest attempt are what count (an
         event stamped by a clock behind the record's creator too: this refuses, it never decides)."""
-        own = [e for e in self._own_evidence(record, allowance=CLOCK_SKEW) if answers_latest(e, record)]
+        own = [e for e in own_evidence(self.store, record, allowance=CLOCK_SKEW) if answers_latest(e, record)]
         refuse_contradicted(record, to, provider_result_id, own)
 
     def _settle(
@@ -529,7 +467,7 @@ class Ledger:
         if not resolvable(record.status, to):
             why = "only an unknown intent is settled (a prepared one withdrawn as rejected, a rejected one corrected)"
             raise IllegalTransition(record.status, to, record.intent_key, why=why)
-        if record.status is S.REJECTED and not self._acted_evidence(record):
+        if record.status is S.REJECTED and not acted_evidence(self.store, record):
             why = "a rejected intent is corrected only on its provider's own evidence that it acted: none on record"
             raise IllegalTransition(record.status, to, record.intent_key, why=why)
         check_storable(actor, "actor")
@@ -567,7 +505,7 @@ class Ledger:
             settled.intent_key, settled.tenant, settled.provider, to, resolution.method, settled.provider_result_id,
         )  # fmt: skip
         self._raise_unrecorded_effects(settled)
-        self._after_settled(settled)
+        mark_original_compensated(self, settled)
         return settled
 
     @counted
@@ -594,7 +532,7 @@ class Ledger:
         if settled_before and record is not None and evidence.provider == record.provider:  # others' say nothing
             if record.status is S.CONFIRMED and evidence.verdict is EvidenceVerdict.REJECTS:
                 self._contradicted(record, evidence)
-            elif _shows_an_unrecorded_effect(record, evidence):
+            elif shows_an_unrecorded_effect(record, evidence):
                 self._unrecorded_effect(record, evidence)
         return True
 
@@ -623,8 +561,8 @@ class Ledger:
     def _raise_unrecorded_effects(self, settled: EffectRecord) -> None:
         """Evidence already on record that the intent's settled state does not show: a late answer of one
         attempt filed while another was still in flight, which then settled otherwise."""
-        for evidence in self._own_evidence(settled):
-            if _shows_an_unrecorded_effect(settled, evidence):
+        for evidence in own_evidence(self.store, settled):
+            if shows_an_unrecorded_effect(settled, evidence):
                 self._unrecorded_effect(settled, evidence)
 
     def _unrecorded_effect(self, record: EffectRecord, evidence: Evidence) -> None:
@@ -770,7 +708,8 @@ class Ledger:
         while True:
             try:
                 if record.status in (S.CONFIRMED, S.COMPENSATED):
-                    self._after_settled(record)  # a crash may have cut a compensation short of marking its original
+                    # a crash may have cut a compensation short of marking its original
+                    mark_original_compensated(self, record)
                     return Receipt(record=record, from_ledger=True)
                 if record.status is S.REJECTED:
                     raise self._rejected(record, None)
@@ -845,7 +784,7 @@ class Ledger:
         ):
             return None  # still inside the window (or a provider whose lookups are proof)
         trail = self.store.audit_trail(record.tenant, record.intent_key)  # a purged record's rows come first
-        if any(entry.to_status is S.UNKNOWN and _written_since(entry.at, record) for entry in trail):
+        if any(entry.to_status is S.UNKNOWN and written_since(entry.at, record) for entry in trail):
             return "reopened by a lookup, but the provider's key window closed before it was resent"
         return None
 
@@ -856,31 +795,12 @@ class Ledger:
         """
         if record.first_dispatched_at is None:
             return None
-        if any(not _silent(e) for e in self._own_evidence(record)):
+        if any(not silent(e) for e in own_evidence(self.store, record)):
             return "reopened by a lookup, but the provider has spoken since"
         return None
 
     def _unknown_again(self, record: EffectRecord, reason: str) -> EffectRecord:
         return self._move(record, S.UNKNOWN, reason)
-
-    def _acted_evidence(self, record: EffectRecord) -> list[Evidence]:
-        """Its own provider's answers or events confirming it acted (an acceptance may still be refused)."""
-        return [e for e in self._own_evidence(record) if e.verdict is EvidenceVerdict.CONFIRMS]
-
-    def _own_evidence(
-        self,
-        record: EffectRecord,
-        *,
-        allowance: timedelta = timedelta(0),
-        verdicts: Collection[EvidenceVerdict] | None = None,
-    ) -> list[Evidence]:
-        """Evidence recorded for this record by its own provider (another provider's event decides nothing),
-        only of ``verdicts`` when given.
-
-        Evidence stays when a settled record is purged, and the key may be recorded again: what was received
-        before this record was created (less ``allowance``, see :func:`_about`) is about the purged one."""
-        recorded = self.store.evidence_for(record.tenant, record.intent_key, verdicts=verdicts)
-        return [e for e in recorded if e.provider == record.provider and _about(e, record, allowance)]
 
     def _claim(self, record: EffectRecord, request: EffectRequest, *, reason: str = "claim") -> EffectRecord:
         """Take ``record`` to send ``request`` (its digest checked equal). The summary becomes this request's: a
@@ -1159,7 +1079,7 @@ class Ledger:
         if finished.attempt_count > 1 and to in TERMINAL:  # sent before: an earlier attempt may have answered late
             self._raise_unrecorded_effects(finished)
         try:
-            self._after_settled(finished)
+            mark_original_compensated(self, finished)
         except LedgerUnavailable as down:  # the outcome is written; the next call of the compensation marks it
             _log.warning(
                 "intent %r (tenant %r) is %s, but its original is not marked yet: %s",
@@ -1255,7 +1175,7 @@ class Ledger:
                 detail={
                     "worker": self.worker_id,
                     "attempt": record.attempt_count,
-                    "record_created_at": record.created_at.isoformat(),  # the record it answers (see _about)
+                    "record_created_at": record.created_at.isoformat(),  # the record it answers (see about)
                 },
             )
         )
@@ -1268,168 +1188,6 @@ class Ledger:
             intent_key=record.intent_key,
             record=current,
         ) from lost
-
-    # -- compensation -------------------------------------------------------------------------------------
-
-    def _claim_compensation(self, fresh: EffectRecord) -> None:
-        """Before anything is written: the compensating key is free (or already this compensation), and the
-        original names it, so one original never gets two compensations."""
-        assert fresh.compensates is not None
-        existing = self.store.get(fresh.tenant, fresh.intent_key)
-        if existing is not None:
-            if existing.compensates != fresh.compensates:
-                raise _not_this_compensation(existing, fresh.compensates)
-            self._check_digest(existing, fresh.request_digest)
-            if existing.status is S.REJECTED:
-                raise self._rejected(existing, None)  # its answer, as any rerun of a rejected intent gets it
-        original = self._name_compensation(fresh.tenant, fresh.compensates, fresh.intent_key)
-        if existing is None and original.status is S.COMPENSATED:
-            # marked compensated only once this compensation was confirmed: its record was purged since
-            why = f"its compensation {fresh.intent_key!r} was confirmed and its record purged since; nothing is sent"
-            raise IllegalTransition(original.status.value, S.COMPENSATED.value, original.intent_key, why=why)
-
-    def _name_compensation(self, tenant: str, original_key: IntentKey, compensation: IntentKey) -> EffectRecord:
-        """Set ``compensated_by`` on the confirmed original, conditional on the version read; the original.
-
-        The original stays ``confirmed`` until the compensation is confirmed. Of two compensations racing
-        with different keys, one holds it; another key may take over only where ``_check_replaceable`` says
-        the named one can never act.
-        """
-        original = self.get(original_key, tenant=tenant)
-        while original.compensated_by != compensation:
-            if original.status is not S.CONFIRMED:
-                raise IllegalTransition(original.status.value, S.COMPENSATED.value, original.intent_key)
-            if original.compensated_by is not None:
-                self._check_replaceable(original)
-            try:
-                original = self._rename(original, compensation, f"compensation {compensation} about to be sent")
-            except StaleRecord:
-                original = self.get(original_key, tenant=tenant)
-        return original
-
-    def _rename(self, original: EffectRecord, compensation: IntentKey | None, reason: str) -> EffectRecord:
-        """The one write that names (or, with None, un-names) the compensation on a confirmed original."""
-        return self._move(original, S.CONFIRMED, reason, {"compensated_by": compensation})
-
-    def _check_replaceable(self, original: EffectRecord) -> None:
-        """Refuse to take over the compensation ``original`` names unless the provider rejected it.
-
-        Only a rejected compensation can never act again; any other state (even a name whose record was never
-        written, by a worker lost in between) could still be sent by its own key, so that key is the way on.
-        """
-        assert original.compensated_by is not None
-        holder = self.store.get(original.tenant, original.compensated_by)
-        if holder is not None and self._never_acts_for(original, holder):
-            return
-        if holder is None:
-            state = "named, never recorded: run it again with its key"
-        elif holder.status is S.REJECTED:
-            state = "rejected, but a late answer says an earlier attempt may have acted: check at the provider"
-        else:
-            state = holder.status.value
-        raise IllegalTransition(
-            S.CONFIRMED.value,
-            S.COMPENSATED.value,
-            original.intent_key,
-            why=f"compensation {original.compensated_by!r} holds it ({state}); settle that one first",
-        )
-
-    def _check_still_named(self, record: EffectRecord, fresh: EffectRecord, *, created: bool) -> None:
-        """After the compensating record is written: it is this compensation's and the original still names it.
-
-        Only a lost race fails here (the key written meanwhile as something else, or a stale name taken over):
-        nothing is sent, and a record this call created goes back to ``prepared``, never dispatched.
-        """
-        assert fresh.compensates is not None
-        original = self.get(fresh.compensates, tenant=fresh.tenant)
-        if record.compensates == fresh.compensates and original.compensated_by == fresh.intent_key:
-            return
-        if created:
-            self._unclaim(record, "compensation refused before sending")
-        if record.compensates != fresh.compensates:
-            if original.status is S.CONFIRMED and original.compensated_by == fresh.intent_key:
-                with contextlib.suppress(StaleRecord):  # moved on meanwhile: then it is not ours to clear
-                    why = f"compensation {fresh.intent_key} refused: the key is recorded as something else"
-                    self._rename(original, None, why)
-            raise _not_this_compensation(record, fresh.compensates)
-        raise IllegalTransition(
-            original.status.value,
-            S.COMPENSATED.value,
-            original.intent_key,
-            why=f"compensation {original.compensated_by!r} took it over while this one was being recorded",
-        )
-
-    def _after_settled(self, record: EffectRecord) -> None:
-        """A confirmed compensating intent marks the intent it compensates as compensated."""
-        if record.status is not S.CONFIRMED or record.compensates is None:
-            return
-        original = self.store.get(record.tenant, record.compensates)
-        if original is None:
-            return
-        if original.status is S.COMPENSATED and original.compensated_by != record.intent_key:
-            # another compensation was confirmed (or corrected) first while this one was on its way
-            assert original.compensated_by is not None
-            self._two_compensations(original, record, original.compensated_by)
-            return
-        if original.status is not S.CONFIRMED:
-            return
-        # compensated_by is None on an original whose compensation was sent before holds were recorded
-        if original.compensated_by not in (None, record.intent_key):
-            # a rejected compensation corrected to confirmed, after another took the name over
-            renamed = self._rename_from_unsent(original, record)
-            if renamed is None:
-                return
-            original = renamed
-        try:
-            marked = self._move(
-                original, S.COMPENSATED, f"compensated by {record.intent_key}", {"compensated_by": record.intent_key}
-            )
-        except StaleRecord:
-            current = self.store.get(record.tenant, record.compensates)
-            if current is not None and current.status is S.COMPENSATED and current.compensated_by == record.intent_key:
-                return  # a concurrent caller of this same compensation marked it first: the same answer
-            raise
-        self._observe("compensation", marked)
-
-    def _never_acts_for(self, original: EffectRecord, holder: EffectRecord) -> bool:
-        """The compensation ``original`` names can never act for it: its key is recorded as something else, or
-        it was rejected and no late answer says an earlier attempt of it acted."""
-        if holder.compensates != original.intent_key:
-            return True  # the key was taken by something else after its naming worker was lost
-        return holder.status is S.REJECTED and all(_silent(e) for e in self._own_evidence(holder))
-
-    def _unacted(self, original: EffectRecord) -> bool:
-        """The compensation ``original`` names has not acted: never recorded, ``prepared`` (unsent, deferred,
-        or proven absent), or unable to act (:meth:`_never_acts_for`)."""
-        assert original.compensated_by is not None
-        holder = self.store.get(original.tenant, original.compensated_by)
-        return holder is None or holder.status is S.PREPARED or self._never_acts_for(original, holder)
-
-    def _rename_from_unsent(self, original: EffectRecord, confirmed: EffectRecord) -> EffectRecord | None:
-        """``original`` renamed to the confirmed compensation, if the one it names has not acted (see
-        :meth:`_unacted`), so its later calls are refused; else None, and two compensations may have acted:
-        that is raised. A claim of the other one racing the rename is caught by looking at it again after."""
-        assert original.compensated_by is not None
-        named = original.compensated_by
-        if self._unacted(original):
-            with contextlib.suppress(StaleRecord):  # moved on meanwhile: what it is now is looked at below
-                renamed = self._rename(original, confirmed.intent_key, f"compensation {confirmed.intent_key} acted")
-                if self._unacted(original):  # still so after the rename: its later calls are refused
-                    return renamed
-                self._two_compensations(renamed, confirmed, named)
-                return renamed
-        self._two_compensations(original, confirmed, named)
-        return None
-
-    def _two_compensations(self, original: EffectRecord, confirmed: EffectRecord, other: IntentKey) -> None:
-        """Two compensations of ``original`` may have acted: raised, since nothing here can undo one."""
-        holder = self.store.get(original.tenant, other)
-        _log.error(
-            "intent %r (tenant %r) is compensated by %r, which acted, but %r (%s) was named as its compensation: "
-            "both may have acted; check at the provider",
-            original.intent_key, original.tenant, confirmed.intent_key, other, holder.status if holder else "gone",
-        )  # fmt: skip
-        self._observe("unrecorded_effect", original, source="compensation", status=original.status.value)
 
     # -- reconciliation -----------------------------------------------------------------------------------
 
@@ -1476,8 +1234,8 @@ class Ledger:
         Only the evidence that can decide is read: each new event of an unknown intent sent to a thousand
         recipients would otherwise read all their acceptances again.
         """
-        deciding = _DECISIVE if contract is None else _DECISIVE | {EvidenceVerdict.ACCEPTS}
-        mine = [e for e in self._own_evidence(record, verdicts=deciding) if answers_latest(e, record)]
+        deciding = DECISIVE if contract is None else DECISIVE | {EvidenceVerdict.ACCEPTS}
+        mine = [e for e in own_evidence(self.store, record, verdicts=deciding) if answers_latest(e, record)]
         by_verdict = {verdict: [e for e in mine if e.verdict is verdict] for verdict in EvidenceVerdict}
         decisive = by_verdict[EvidenceVerdict.REJECTS] or by_verdict[EvidenceVerdict.CONFIRMS]
         accepted = by_verdict[EvidenceVerdict.ACCEPTS]
@@ -1530,7 +1288,7 @@ class Ledger:
         contract = adapter.contract_for(record.operation)
         # found and refused are counted by settle(); the rest here, so one lookup is one event
         self._observe("reconciliation", record, method=f"lookup:{found.method}", outcome=found.status.value)
-        accepted = any(e.verdict is EvidenceVerdict.ACCEPTS for e in self._own_evidence(record))
+        accepted = any(e.verdict is EvidenceVerdict.ACCEPTS for e in own_evidence(self.store, record))
         if (
             found.status is LookupStatus.ABSENT
             and not accepted  # the provider said it took the request: a lookup's "absent" is lag, not proof

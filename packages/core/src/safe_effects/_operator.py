@@ -13,6 +13,7 @@ from typing import Any
 from ._adapter import EffectRequest, ProviderAdapter
 from ._approvals import Approval, ApprovalState, decided_meanwhile
 from ._errors import ApprovalError, InvalidInput, StaleRecord
+from ._evidence_rules import acted_evidence
 from ._keys import IntentKey
 from ._ledger import Ledger
 from ._provider_check import refuse_what_the_provider_holds
@@ -305,7 +306,7 @@ class Operator:
                 f"intent {record.intent_key!r} is {record.status}: only an unknown intent can be resolved, a "
                 f"prepared one (never sent) withdrawn as rejected, and a rejected one corrected to confirmed{hint}"
             )
-        if record.status is S.REJECTED and not self.ledger._acted_evidence(record):
+        if record.status is S.REJECTED and not acted_evidence(self.ledger.store, record):
             raise InvalidInput(
                 f"intent {record.intent_key!r} is rejected, and no evidence from {record.provider} says it acted: "
                 "a rejected intent is corrected to confirmed only on the provider's own answer or event (`show` "
