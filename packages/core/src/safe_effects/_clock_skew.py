@@ -7,7 +7,7 @@ fast and a retrier 30 minutes slow replayed a Stripe key 24 h 05 min after the s
 charged twice; a worker 3 minutes fast took over a live call. So a worker measures its clock against the
 database's, now and then, and refuses to write while the two differ by more than a bound: every worker within
 ``max_skew`` of the database is within twice that of every other, far inside the 1 h replay margin and (see
-``Ledger._refuse_short_lease``) inside the lease.
+``_admission.refuse_short_lease``) inside the lease.
 """
 
 from __future__ import annotations

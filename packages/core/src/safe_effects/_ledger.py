@@ -18,24 +18,21 @@ from pydantic import ValidationError
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
 
 from ._adapter import (
-    LOOKUP_ERROR,
     EffectRequest,
     LookupResult,
-    LookupStatus,
     Outcome,
     ProviderAdapter,
     Verdict,
-    refusal_of,
 )
+from ._admission import refuse_short_lease, refuse_unsendable, refuse_while_earlier_in_doubt
 from ._approvals import Approval
 from ._clock import Clock, system_clock
 from ._clock_skew import DEFAULT_MAX_CLOCK_SKEW, ClockSkewGuard
 from ._compensation import check_still_named, claim_compensation, mark_original_compensated
-from ._contract import ConcurrentSameKey, ProviderContract
+from ._contract import ProviderContract
 from ._crash import NO_CRASH, CrashPlan, CrashPoint
 from ._digest import check_plain_json, request_digest
 from ._errors import (
-    EarlierVersionInDoubt,
     EffectDeferred,
     EffectInProgress,
     EffectRejected,
@@ -54,19 +51,25 @@ from ._errors import (
 )
 from ._evidence_rules import (
     CLOCK_SKEW,
-    DECISIVE,
     LATE_RESPONSE,
     acted_evidence,
     answers_latest,
     own_evidence,
     shows_an_unrecorded_effect,
-    silent,
-    written_since,
 )
 from ._fork import renew_in_children
-from ._keys import SEPARATOR, IntentKey
+from ._keys import IntentKey
 from ._observer import NullObserver, Observer
 from ._policies import DEFAULT_LEASE, DEFAULT_RETRY, LeasePolicy, RetryPolicy
+from ._reconciliation import (
+    decide_by_evidence,
+    reconcile_before_resend,
+    reconcile_for_caller,
+    settle_by_evidence,
+    settle_by_lookup,
+    settled_while_in_flight,
+    unknown_again,
+)
 from ._records import EffectRecord, Evidence, EvidenceVerdict, Receipt, Resolution
 from ._running_calls import RunningCalls, counted
 from ._sending import BackoffCut, Retryable, Settled, send_with_retries
@@ -100,12 +103,6 @@ _REACHED_PROVIDER = {
 def _answered_alike(current: EffectRecord, to: EffectStatus, result_id: str | None) -> bool:
     """The intent is settled as a late worker's own answer said: the same state and provider id."""
     return to is not S.UNKNOWN and current.status is to and current.provider_result_id == result_id
-
-
-# a new version of a key waits for the earlier ones that may have acted, or may still be sent by a relay or an
-# older worker (EarlierVersionInDoubt): the nearest ten are read, one primary-key read each, only past v1
-_EARLIER_VERSIONS_CHECKED = 10
-_IN_DOUBT = frozenset({S.UNKNOWN, S.IN_FLIGHT, S.PREPARED})
 
 
 @lru_cache(maxsize=32)
@@ -272,12 +269,12 @@ class Ledger:
             lease_token=tag,
         )
         contract = adapter.contract_for(request.operation)
-        self._refuse_short_lease(contract)
-        self._refuse_unsendable(adapter, request, fresh)
+        refuse_short_lease(self.lease, contract, self._clock_guard.max_skew)
+        refuse_unsendable(self.store, adapter, request, fresh)
         if fresh.compensates is not None:
             claim_compensation(self, fresh)  # refused here: nothing written, nothing sent (one per original)
         else:
-            self._refuse_while_earlier_in_doubt(fresh)
+            refuse_while_earlier_in_doubt(self.store, fresh)
         try:
             record, created = self.store.insert_if_absent(fresh)
         except LedgerUnavailable:
@@ -319,8 +316,8 @@ class Ledger:
             workflow_id=workflow_id,
             step_id=step_id,
         )
-        self._refuse_unsendable(adapter, request, fresh)
-        self._refuse_while_earlier_in_doubt(fresh)
+        refuse_unsendable(self.store, adapter, request, fresh)
+        refuse_while_earlier_in_doubt(self.store, fresh)
         record, created = self.store.insert_if_absent(fresh, connection=connection)
         if not created:
             self._check_digest(record, fresh.request_digest)
@@ -364,11 +361,11 @@ class Ledger:
         if record.status is not S.UNKNOWN:
             return record, None
         contract = adapter.contract_for(record.operation)
-        if (settled := self._settle_by_evidence(record, contract)) is not None:
+        if (settled := settle_by_evidence(self, record, contract)) is not None:
             return settled, None
         if before_lookup is not None:
             before_lookup()
-        settled, found = self._settle_by_lookup(adapter, record)
+        settled, found = settle_by_lookup(self, adapter, record)
         return settled or self.get(intent_key, tenant=tenant), found
 
     @counted
@@ -525,7 +522,7 @@ class Ledger:
             if record is None:
                 break
             try:
-                record = self._decide_by_evidence(record)
+                record = decide_by_evidence(self, record)
                 break
             except StaleRecord:  # moved on meanwhile (a reopen, a settle): decide again on what it is now
                 record = self.store.get(evidence.tenant, evidence.intent_key)
@@ -535,16 +532,6 @@ class Ledger:
             elif shows_an_unrecorded_effect(record, evidence):
                 self._unrecorded_effect(record, evidence)
         return True
-
-    def _decide_by_evidence(self, record: EffectRecord) -> EffectRecord:
-        """Whatever the evidence on record now decides: an abandoned lease is unknown, a reopened intent the
-        provider has spoken about is unknown again, an unknown one is settled if the evidence says how."""
-        record = self._expire_lease(record)
-        if record.status is S.PREPARED and (reason := self._spoken_since_reopen(record)):
-            record = self._unknown_again(record, reason)  # reopened, then the provider spoke: settle it
-        if record.status is S.UNKNOWN:
-            record = self._settle_by_evidence(record) or record
-        return record
 
     def _contradicted(self, record: EffectRecord, evidence: Evidence) -> None:
         """The provider took the call (confirmed), then said the message never went out (a drop, a rendering
@@ -642,55 +629,6 @@ class Ledger:
             fields = ", ".join(".".join(str(part) for part in e["loc"]) for e in error.errors())
             raise InvalidInput(f"intent {key!r}: invalid {fields}: {error}") from error
 
-    def _refuse_short_lease(self, contract: ProviderContract) -> None:
-        """Where only the lease keeps a second send away (no keys, or keys the provider runs twice when the
-        same one comes in while the first is in progress, and a lookup's "absent" reopens the intent), a lease
-        that a normal answer can outlast has a live call taken over and sent again."""
-        keys = contract.idempotency
-        if (keys.supported and keys.concurrent_same_key is ConcurrentSameKey.CONFLICT) or (
-            not contract.redispatch_when_proven_absent
-        ):
-            return  # a resend while the first is live is refused by the provider, or never made
-        # two workers each within max_skew of the database may be twice that apart: one judges the other's lease
-        skew = 2 * (self._clock_guard.max_skew or timedelta(0))
-        if self.lease.duration > contract.normal_response_window + skew:
-            return
-        allowing = f" plus twice the allowed clock skew ({skew.total_seconds():g} s)" if skew else ""
-        raise InvalidInput(
-            f"the lease ({self.lease.duration.total_seconds():g} s) must outlast {contract.provider}'s normal "
-            f"response window ({contract.normal_response_window.total_seconds():g} s){allowing}: without keys that "
-            "refuse a resend while the first call is in progress, and with lookups whose 'absent' sends the intent "
-            "again, a call still waiting for its answer would be taken over and sent twice; give the Ledger a "
-            "longer LeasePolicy(duration=...)"
-        )
-
-    def _refuse_while_earlier_in_doubt(self, fresh: EffectRecord) -> None:
-        """A new version of a key is refused while one of the versions before it may have acted unseen, or is
-        prepared and may still be sent (:class:`EarlierVersionInDoubt`); a version already recorded goes on (a
-        retry, a reconciliation)."""
-        *head, version = fresh.intent_key.parts
-        number = int(version[1:])
-        # from v1 (the first version by convention; a v1 reads nothing) up to this one, the nearest first
-        for earlier_number in range(number - 1, max(number - _EARLIER_VERSIONS_CHECKED, 1) - 1, -1):
-            earlier = self.store.get(fresh.tenant, SEPARATOR.join([*head, f"v{earlier_number}"]))
-            if earlier is None or earlier.status not in _IN_DOUBT:
-                continue
-            if self.store.get(fresh.tenant, fresh.intent_key) is not None:
-                return
-            refusal = EarlierVersionInDoubt(
-                fresh.tenant, fresh.intent_key, earlier.intent_key, earlier.status.value, earlier.provider
-            )
-            _log.warning("%s", refusal)
-            raise refusal
-
-    def _refuse_unsendable(self, adapter: ProviderAdapter[Any], request: EffectRequest, fresh: EffectRecord) -> None:
-        """A new intent the adapter says it cannot send is refused before anything is recorded: recorded, even
-        as rejected, it would hold the key (and name a compensation on its original) against the adapter that
-        can send it. An intent already recorded goes on as before: answered from the ledger, or reconciled."""
-        why = refusal_of(adapter, request)
-        if why is not None and self.store.get(fresh.tenant, fresh.intent_key) is None:
-            raise InvalidInput(f"intent {fresh.intent_key!r}: {why}; nothing was recorded")
-
     def _resume(
         self,
         adapter: ProviderAdapter[R],
@@ -715,12 +653,12 @@ class Ledger:
                     raise self._rejected(record, None)
                 if waited_for_holder and record.status in (S.PREPARED, S.UNKNOWN):
                     raise self._holder_outcome(record)  # a caller that waited for another never dispatches
-                if record.status is S.PREPARED and (reason := self._reconcile_before_resend(record, contract)):
-                    record = self._unknown_again(record, reason)
+                if record.status is S.PREPARED and (reason := reconcile_before_resend(self, record, contract)):
+                    record = unknown_again(self, record, reason)
                 if record.status is S.PREPARED:
                     return self._dispatch(adapter, request, self._claim(record, request), contract)
                 if record.status is S.UNKNOWN:
-                    return self._reconcile_for_caller(adapter, request, record, contract)
+                    return reconcile_for_caller(self, adapter, request, record, contract)
                 if self._unsent.takes(record, self.worker_id):
                     unsent, record = record, self._unclaim(record, "claim written unacknowledged, never sent")
                     self._unsent.forget(unsent)  # only now: a failed unclaim leaves it for the next call
@@ -767,40 +705,6 @@ class Ledger:
             intent_key=record.intent_key,
             record=record,
         )
-
-    def _reconcile_before_resend(self, record: EffectRecord, contract: ProviderContract) -> str | None:
-        """Why a ``prepared`` intent that was sent before must be reconciled again instead of resent, or None.
-
-        It was put back by a lookup's "absent". Since then the provider may have spoken (a late answer of the
-        earlier attempt, an event), or the key window that made the reopen safe may have closed (a lagging
-        search is no longer caught by the provider's dedupe).
-        """
-        if record.first_dispatched_at is None:
-            return None  # never sent: nothing to reconcile
-        if spoken := self._spoken_since_reopen(record):
-            return spoken
-        if contract.may_reopen_when_absent(
-            record.first_dispatched_at, self.clock(), last_error_code=record.last_error_code
-        ):
-            return None  # still inside the window (or a provider whose lookups are proof)
-        trail = self.store.audit_trail(record.tenant, record.intent_key)  # a purged record's rows come first
-        if any(entry.to_status is S.UNKNOWN and written_since(entry.at, record) for entry in trail):
-            return "reopened by a lookup, but the provider's key window closed before it was resent"
-        return None
-
-    def _spoken_since_reopen(self, record: EffectRecord) -> str | None:
-        """Why a ``prepared`` intent sent before must be reconciled: the provider has spoken about it, or None.
-
-        A late answer of the earlier attempt counts even when it was a timeout: that attempt may have acted.
-        """
-        if record.first_dispatched_at is None:
-            return None
-        if any(not silent(e) for e in own_evidence(self.store, record)):
-            return "reopened by a lookup, but the provider has spoken since"
-        return None
-
-    def _unknown_again(self, record: EffectRecord, reason: str) -> EffectRecord:
-        return self._move(record, S.UNKNOWN, reason)
 
     def _claim(self, record: EffectRecord, request: EffectRequest, *, reason: str = "claim") -> EffectRecord:
         """Take ``record`` to send ``request`` (its digest checked equal). The summary becomes this request's: a
@@ -936,7 +840,7 @@ class Ledger:
                 rejected = self._finish(record, S.REJECTED, verdict, method=method)
                 raise self._rejected(rejected, settled.error) from settled.error
             unknown = self._finish(record, S.UNKNOWN, verdict)
-            if (decided := self._decided_meanwhile(unknown, contract)) is not None:
+            if (decided := settled_while_in_flight(self, unknown, contract)) is not None:
                 if decided.status is S.REJECTED:
                     raise self._rejected(decided, None) from settled.error
                 return Receipt(record=decided)  # sent, its answer lost: an event told what it did
@@ -983,17 +887,6 @@ class Ledger:
             before_commit=self._receipt_crash_hook(),
         )
         return Receipt(record=confirmed, response=response)
-
-    def _decided_meanwhile(self, unknown: EffectRecord, contract: ProviderContract) -> EffectRecord | None:
-        """``unknown`` settled by provider events that arrived while its call was in flight (a webhook can beat
-        the answer, which was then lost), or None: evidence recorded during a call decides nothing yet, and
-        without this the caller would hear "unknown" with the answer on file."""
-        if unknown.status is not S.UNKNOWN:
-            return None
-        try:
-            return self._settle_by_evidence(unknown, contract)
-        except (StaleRecord, LedgerUnavailable):  # moved on meanwhile, or not now: the next call reconciles
-            return None
 
     def _last_write(self, record: EffectRecord, to: EffectStatus, reason: str, error_class: str) -> bool:
         """Release ``record`` to ``to`` as a stopping call's last act: one write, no retries (the process may be
@@ -1188,116 +1081,6 @@ class Ledger:
             intent_key=record.intent_key,
             record=current,
         ) from lost
-
-    # -- reconciliation -----------------------------------------------------------------------------------
-
-    def _reconcile_for_caller(
-        self,
-        adapter: ProviderAdapter[R],
-        request: EffectRequest,
-        record: EffectRecord,
-        contract: ProviderContract,
-    ) -> Receipt[R]:
-        """A caller retried an unknown intent: evidence, then same-key replay if safe, then lookup."""
-        settled = self._settle_by_evidence(record, contract)
-        if settled is None and contract.can_replay(
-            record.first_dispatched_at, self.clock(), last_error_code=record.last_error_code
-        ):
-            claimed = self._claim(record, request, reason="same-key replay within the provider's retention window")
-            return self._dispatch(adapter, request, claimed, contract, method="key_replay")
-        if settled is None:
-            settled, _ = self._settle_by_lookup(adapter, record)
-        if settled is not None and settled.status is S.PREPARED:  # proven absent, where the contract allows
-            return self._dispatch(adapter, request, self._claim(settled, request, reason="redispatch"), contract)
-        if settled is not None and settled.status in (S.CONFIRMED, S.COMPENSATED):
-            return Receipt(record=settled, from_ledger=True)
-        if settled is not None and settled.status is S.REJECTED:
-            raise self._rejected(settled, None)
-        current = settled or record
-        raise EffectUnknown(
-            f"intent {record.intent_key!r} is unknown and no lookup could settle it; it was not resent. "
-            f"Reconcile later or resolve it as an operator with evidence",
-            intent_key=record.intent_key,
-            record=current,
-        )
-
-    def _settle_by_evidence(
-        self, record: EffectRecord, contract: ProviderContract | None = None
-    ) -> EffectRecord | None:
-        """Rejecting evidence wins over confirming evidence: a rejected message never went out.
-
-        An acceptance (``accepts``) confirms only once ``contract.rejection_window`` has passed since it was
-        received with no rejection, so the order events arrive in cannot decide; without a contract (evidence
-        recorded by a webhook) it waits for the reconciler or the caller's retry. Only the record's own
-        provider speaks for it: a SendGrid event naming a Stripe intent decides nothing.
-
-        Only the evidence that can decide is read: each new event of an unknown intent sent to a thousand
-        recipients would otherwise read all their acceptances again.
-        """
-        deciding = DECISIVE if contract is None else DECISIVE | {EvidenceVerdict.ACCEPTS}
-        mine = [e for e in own_evidence(self.store, record, verdicts=deciding) if answers_latest(e, record)]
-        by_verdict = {verdict: [e for e in mine if e.verdict is verdict] for verdict in EvidenceVerdict}
-        decisive = by_verdict[EvidenceVerdict.REJECTS] or by_verdict[EvidenceVerdict.CONFIRMS]
-        accepted = by_verdict[EvidenceVerdict.ACCEPTS]
-        if not decisive and accepted and contract is not None and self._past_rejection_window(accepted[0], contract):
-            decisive = accepted
-        if not decisive:
-            return None
-        fact = decisive[0]
-        to = S.REJECTED if fact.verdict is EvidenceVerdict.REJECTS else S.CONFIRMED
-        resolution = Resolution(method=f"evidence:{fact.source}", evidence=f"{fact.source}:{fact.event_id}")
-        return self._settle(
-            record,
-            to,
-            resolution=resolution,
-            actor=self.worker_id,
-            provider_result_id=fact.provider_result_id,
-        )
-
-    def _past_rejection_window(self, accepted: Evidence, contract: ProviderContract) -> bool:
-        return accepted.received_at + contract.rejection_window <= self.clock()
-
-    def _settle_by_lookup(
-        self, adapter: ProviderAdapter[Any], record: EffectRecord
-    ) -> tuple[EffectRecord | None, LookupResult]:
-        """The record as the lookup settled it (None when it settled nothing), and the lookup's result."""
-        try:
-            found = adapter.lookup(record)
-        except Exception as exc:  # a failing lookup proves nothing
-            found = LookupResult(LookupStatus.INCONCLUSIVE, LOOKUP_ERROR, detail={"error": repr(exc)})
-        resolution = Resolution(method=f"lookup:{found.method}", evidence=found.evidence)
-        if found.status is LookupStatus.FOUND:
-            confirmed = self._settle(
-                record,
-                S.CONFIRMED,
-                resolution=resolution,
-                actor=self.worker_id,
-                provider_result_id=found.provider_result_id,
-                response_digest=found.response_digest,
-            )
-            return confirmed, found
-        if found.status is LookupStatus.REFUSED:
-            refused = self._settle(
-                record,
-                S.REJECTED,
-                resolution=resolution,
-                actor=self.worker_id,
-                provider_result_id=found.provider_result_id,
-            )
-            return refused, found
-        contract = adapter.contract_for(record.operation)
-        # found and refused are counted by settle(); the rest here, so one lookup is one event
-        self._observe("reconciliation", record, method=f"lookup:{found.method}", outcome=found.status.value)
-        accepted = any(e.verdict is EvidenceVerdict.ACCEPTS for e in own_evidence(self.store, record))
-        if (
-            found.status is LookupStatus.ABSENT
-            and not accepted  # the provider said it took the request: a lookup's "absent" is lag, not proof
-            and contract.may_reopen_when_absent(
-                record.first_dispatched_at, self.clock(), last_error_code=record.last_error_code
-            )
-        ):
-            return self._move(record, S.PREPARED, f"proven absent by lookup:{found.method}"), found
-        return None, found
 
     # -- small helpers ------------------------------------------------------------------------------------
 
