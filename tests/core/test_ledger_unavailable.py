@@ -25,7 +25,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-import safe_effects._postgres as postgres_module
+import safe_effects._pg_connections as pg_connections
 from safe_effects import (
     EffectDeferred,
     EffectInProgress,
@@ -622,7 +622,7 @@ def test_a_job_time_limit_during_the_checkout_ping_puts_the_connection_back(
 
     with Ledger(store, lease=LEASE, retry=FAST_RETRY) as ledger:
         with monkeypatch.context() as patched:
-            patched.setattr(postgres_module, "_ping_if_suspect", interrupted)
+            patched.setattr(pg_connections, "_ping_if_suspect", interrupted)
             for _ in range(2):
                 with pytest.raises(JobTimeLimit):
                     ledger.store.status_counts([EffectStatus.UNKNOWN])

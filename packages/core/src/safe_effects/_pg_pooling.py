@@ -7,7 +7,7 @@ then break:
 - server-side prepared statements: psycopg prepares a statement after a few runs and later runs it by name,
   on a session that may not have it, or has another statement under that name (PostgreSQL then runs the wrong
   statement if the parameter counts agree);
-- session settings (``SET DateStyle`` and the rest, see ``_postgres._Configure``): they land on one server
+- session settings (``SET DateStyle`` and the rest, see ``_pg_connections.Configure``): they land on one server
   session, stay there for other clients, and are missing from the sessions this client gets next.
 
 ``pool_mode="transaction"`` makes no prepared statements and no session settings, and checks once, at open,

@@ -6,43 +6,34 @@ appends its audit row atomically, so a claim or a confirm costs one round trip a
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import logging
-import os
-import select
-import threading
-import time
-import weakref
 from collections.abc import Callable, Collection, Mapping
 from contextlib import nullcontext
 from datetime import UTC, datetime
-from functools import lru_cache, partial
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from functools import partial
+from typing import TYPE_CHECKING, Any, cast
 
 from ._approvals import Approval, ApprovalState, decided_meanwhile, decision_of
 from ._bookkeeping import check_columns, check_versions
-from ._errors import (
-    InvalidInput,
-    LedgerClosed,
-    LedgerCorrupt,
-    LedgerUnavailable,
-    MissingDependency,
-    StaleRecord,
-    StorePermissionDenied,
-)
+from ._errors import InvalidInput, MissingDependency, StaleRecord
 from ._fork import keep_inherited, renew_in_children
 from ._migrations import MIGRATIONS, POSTGRES_BOOKKEEPING
-from ._passwords import masked
-from ._pg_pooling import (
-    SESSION_POOLING,
-    TRANSACTION_POOLING,
-    check_pooling,
-    checked_pool_mode,
-    connection_options,
-    refused_by_pooler,
+from ._pg_connections import (
+    Checkout,
+    Configure,
+    Pooled,
+    PoolSweep,
+    close_at_exit,
+    denied,
+    one_line,
+    pool_connection_options,
+    primary,
+    store_connection,
+    unavailable,
 )
-from ._pg_refusals import migration_refused, tables_refused
+from ._pg_pooling import SESSION_POOLING, TRANSACTION_POOLING, checked_pool_mode
+from ._pg_refusals import migration_refused
 from ._records import AuditEntry, EffectRecord, Evidence, EvidenceVerdict
 from ._rows import (
     AUDIT_COLUMNS,
@@ -68,7 +59,7 @@ from ._store import kind_of
 from ._tenants import check_tenant
 
 if TYPE_CHECKING:
-    from psycopg import Connection, Cursor, Error, sql
+    from psycopg import Connection, Cursor, sql
     from psycopg.rows import DictRow, TupleRow
     from psycopg_pool import ConnectionPool
 
@@ -85,163 +76,11 @@ _AUDIT_CASTS = {
     "detail": "jsonb",
 }
 _AUDIT_PARAMS = tuple(_AUDIT_CASTS)  # AuditEntry fields, in the order the statements bind them
-_PING_AFTER_IDLE = 5.0  # seconds a pooled connection may sit unused before it is checked on checkout
-_CHECKOUT_ROUNDS = 3  # dead connections met in a row on checkout before taking the pool's next as it is
 _MAX_IDENTIFIER_BYTES = 63  # PostgreSQL silently truncates longer names (NAMEDATALEN - 1)
 
 
 _log = logging.getLogger("safe_effects")
 DEFAULT_SCHEMA = "safe_effects"
-# every pool a store opened: the process that opened it (a forked child inherits its parent's) and the schema
-_pools_opened: weakref.WeakKeyDictionary[ConnectionPool[Any], tuple[int, str]] = weakref.WeakKeyDictionary()
-
-
-@atexit.register
-def _close_pools_left_open() -> None:
-    """Close, at exit, the pools of stores this process opened and never closed: a script that ends without
-    ``ledger.close()`` otherwise waits 5 s per pool thread on Python 3.13 (psycopg_pool's ``__del__`` cannot
-    join its threads once the interpreter is finalizing; 3.14 raises there). A parent's pools, inherited by a
-    fork, are the parent's to close."""
-    for pool, (opened_by, schema) in list(_pools_opened.items()):
-        if opened_by == os.getpid() and not pool.closed:
-            _log.debug("closing the pool of the PostgreSQL ledger (schema %s) left open at exit", schema)
-            pool.close()
-
-
-class _PoolSweep:
-    """``pool.check()`` on a thread of its own, one at a time: every idle connection pinged, the dead replaced.
-
-    After a restart or failover every idle connection is dead. Found one by one by the pool's ``check``, each
-    cost a growing backoff (1, 2, 4, 8 s...) and a grown pool's next call timed out; swept in the caller's
-    thread, a silent network path made the caller wait out one ping per idle connection. Here a caller that
-    met a dead connection waits for the sweep only as long as its own checkout may take.
-    """
-
-    def __init__(self, pool: ConnectionPool[Connection[TupleRow]]) -> None:
-        self._pool = pool
-        self._lock = threading.Lock()
-        self._done: threading.Event | None = None  # the running sweep's, None when none runs
-
-    def wait(self, timeout: float) -> None:
-        """Start a sweep unless one runs, and wait for it at most ``timeout`` seconds."""
-        with self._lock:
-            if self._done is None:
-                self._done = threading.Event()
-                threading.Thread(target=self._run, args=(self._done,), name="safe-effects-sweep", daemon=True).start()
-            done = self._done
-        done.wait(timeout)
-
-    def _run(self, done: threading.Event) -> None:
-        try:
-            self._pool.check()
-        except Exception as error:  # a pool closed meanwhile: nothing left to sweep
-            _log.debug("pool sweep ended early: %s", error)
-        finally:
-            with self._lock:
-                self._done = None
-            done.set()
-
-
-class _Checkout:
-    """``pool.connection()`` for this store's autocommit connections, as a plain class.
-
-    The pool's own context manager is a generator that also commits on exit; every statement here commits
-    itself (or runs in an explicit ``conn.transaction()``), and ``putconn`` rolls back whatever is left open
-    and discards a broken connection. Two checkouts per effect made the difference measurable.
-
-    A database that does not answer or refuses writes for now (see :func:`_unavailable`: connection lost,
-    server restarting, statement cancelled, pool timeout or closed, a read-only standby) becomes
-    :class:`LedgerUnavailable`, one typed error for callers of either store. A role refused a table (granted
-    DML before an upgrade made a table, say) is :class:`StorePermissionDenied`, naming the grant to ask for.
-    """
-
-    __slots__ = ("_conn", "_down", "_pool", "_schema", "_sweep")
-
-    def __init__(
-        self,
-        pool: ConnectionPool[Connection[TupleRow]],
-        sweep: _PoolSweep,
-        down: tuple[type[Exception], ...],
-        schema: str,
-    ) -> None:
-        self._pool, self._sweep, self._down, self._schema = pool, sweep, down, schema
-
-    def __enter__(self) -> Connection[TupleRow]:
-        if self._pool.closed:  # not an outage to wait out: a psycopg PoolClosed would read as one
-            raise self._closed()
-        try:
-            self._conn = self._live_connection()
-        except self._down as error:
-            if self._pool.closed:  # closed while this call waited for a connection
-                raise self._closed() from error
-            raise LedgerUnavailable(f"the PostgreSQL ledger gave no connection: {error}") from error
-        return self._conn
-
-    def _closed(self) -> LedgerClosed:
-        return LedgerClosed(f"the PostgreSQL ledger (schema {self._schema}) is closed")
-
-    def _live_connection(self) -> Connection[TupleRow]:
-        """A pooled connection that answered its ping if it was suspect (see :func:`_ping_if_suspect`), within
-        the pool's ``timeout`` in all; a dead one starts a sweep of the pool (:class:`_PoolSweep`)."""
-        deadline = time.monotonic() + self._pool.timeout
-        for _ in range(_CHECKOUT_ROUNDS):
-            conn = self._pool.getconn(timeout=self._left(deadline))
-            try:
-                _ping_if_suspect(conn)
-            except self._down:
-                self._pool.putconn(conn)  # broken: the pool discards it and connects anew
-                self._sweep.wait(self._left(deadline))
-                continue
-            except BaseException:  # a job's time limit, an interrupt: the connection goes back, not astray
-                self._pool.putconn(conn)
-                raise
-            return conn
-        return self._pool.getconn(timeout=self._left(deadline))  # a dead one fails its statement, typed
-
-    def _left(self, deadline: float) -> float:
-        """Seconds the checkout may still take; none left is :class:`LedgerUnavailable`."""
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise LedgerUnavailable(
-                f"the PostgreSQL ledger gave no live connection within {self._pool.timeout:g} s: the ones it had "
-                "were lost (a restart, a failover, a network that stopped answering) and none came back in time"
-            )
-        return left
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _: object) -> None:
-        refused = None
-        if error is not None:
-            refused = refused_by_pooler(error) or _refused(error, self._conn, self._schema)
-        cast("_Pooled", self._conn).returned_at = time.monotonic()
-        self._pool.putconn(self._conn)
-        if refused is not None:
-            raise refused from error
-        if isinstance(error, self._down):
-            raise LedgerUnavailable(f"the PostgreSQL ledger did not answer: {error}") from error
-        if isinstance(error, _corrupted()):
-            raise LedgerCorrupt(
-                f"the PostgreSQL ledger (schema {self._schema}) holds damaged data ({_primary(error)}): nothing was "
-                "written; stop its workers and restore it from a backup (docs/operations.md, Backups and restores)"
-            ) from error
-
-
-def _refused(error: BaseException, conn: Connection[Any], schema: str) -> StorePermissionDenied | None:
-    """``error`` as :class:`StorePermissionDenied` if the server refused the role a privilege, else None."""
-    if not isinstance(error, _denied()):
-        return None
-    return tables_refused(_primary(error), conn.info.user, schema)
-
-
-def _ping_if_suspect(conn: Connection[Any]) -> None:
-    """Ping a connection that may have lost its server before it is used.
-
-    Suspect are one with input waiting while idle (a terminated backend or a restarting server sends its
-    FATAL notice and closes the socket: one ``select``, no round trip) and one idle for a while (a silent
-    network drop). A connection in steady use is handed out as it is.
-    """
-    idle = time.monotonic() - cast("_Pooled", conn).returned_at > _PING_AFTER_IDLE
-    if idle or _input_waiting(conn.pgconn.socket):
-        conn.execute("")
 
 
 def _reads_binary(conn: Connection[Any]) -> bool:
@@ -250,7 +89,7 @@ def _reads_binary(conn: Connection[Any]) -> bool:
     pool's (set to ISO), nor through a client-side binding cursor (behind PgBouncer), which reads no binary."""
     import psycopg  # noqa: PLC0415  # optional extra, present once a PostgresStore is made
 
-    return not isinstance(conn, _store_connection()) and not issubclass(conn.cursor_factory, psycopg.ClientCursor)
+    return not isinstance(conn, store_connection()) and not issubclass(conn.cursor_factory, psycopg.ClientCursor)
 
 
 _HOW_TO_GET = (
@@ -283,16 +122,6 @@ def _database_of(conn: Connection[Any]) -> tuple[str, str]:
     return str(row[0]), datetime.fromtimestamp(int(row[1]) / 1_000_000, UTC).isoformat()
 
 
-def _input_waiting(fd: int) -> bool:
-    """Whether ``fd`` has input to read, now. ``poll`` where there is one: ``select`` refuses an fd >= 1024,
-    which a busy process's sockets reach."""
-    if hasattr(select, "poll"):
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        return bool(poller.poll(0))
-    return bool(select.select([fd], [], [], 0)[0])
-
-
 def _checked_schema(schema: str) -> str:
     """``schema`` if this store can use it as a name, else :class:`InvalidInput` before anything is created."""
     if not schema:
@@ -308,152 +137,6 @@ def _checked_schema(schema: str) -> str:
         # a % in the name as a placeholder (and PostgreSQL holds no NUL)
         raise InvalidInput(f"schema {schema!r} holds a '%' or NUL character, which this store cannot use in names")
     return schema
-
-
-class _Configure:
-    """What every new pool connection is set to before its first use."""
-
-    __slots__ = ("pool_mode", "statement_timeout")
-
-    def __init__(self, statement_timeout: float | None, pool_mode: str) -> None:
-        if statement_timeout is not None and not statement_timeout > 0:  # NaN is not > 0 either
-            raise InvalidInput(
-                f"statement_timeout must be a positive number of seconds or None, got {statement_timeout!r}"
-            )
-        self.statement_timeout = None if statement_timeout is None else f"{round(statement_timeout * 1000)}ms"
-        self.pool_mode = pool_mode
-
-    def __call__(self, conn: Connection[Any]) -> None:
-        if self.pool_mode == TRANSACTION_POOLING:
-            return  # a setting would land on a server session other clients share: see _pg_pooling
-        # the conditional writes rely on READ COMMITTED re-checks, whatever the database's or role's default
-        # (under SERIALIZABLE, two racing claims end in a serialization failure, not a wait)
-        conn.execute("SET default_transaction_isolation TO 'read committed'")
-        # psycopg reads timestamps only in ISO style: a database or role set to German or SQL style would make
-        # every record unreadable (its writes would still work)
-        conn.execute("SET DateStyle TO 'ISO'")
-        if self.statement_timeout is not None:
-            # a statement stuck behind someone else's lock ends as LedgerUnavailable instead of holding the
-            # worker forever; a timeout the URL's options, PGOPTIONS, the role or the database set is kept
-            conn.execute(
-                "SELECT set_config('statement_timeout', %s, false) WHERE current_setting('statement_timeout') = '0'",
-                (self.statement_timeout,),
-            )
-
-
-class _Pooled(Protocol):
-    """What ``_store_connection``'s class adds to a psycopg connection."""
-
-    writer: Cursor[Any] | None
-    returned_at: float
-
-
-@lru_cache(maxsize=1)
-def _store_connection() -> type[Connection[TupleRow]]:
-    """The pool's connection class, made on first use (psycopg is an optional dependency)."""
-    import psycopg  # noqa: PLC0415  # optional extra: imported only when a PostgresStore is made
-    from psycopg.rows import TupleRow  # noqa: PLC0415  # idem
-
-    class StoreConnection(psycopg.Connection[TupleRow]):
-        """A pool connection that keeps one cursor for the claim and confirm statements (``_writer``)."""
-
-        writer: psycopg.Cursor[TupleRow] | None = None
-        returned_at: float = 0.0  # monotonic time of its last return to the pool (0: never used, pinged)
-
-    return StoreConnection
-
-
-# libpq settings that end a connection whose network path went silent (a dropped route, a failover that left
-# no one to answer): unacknowledged data for 30 s, or an idle socket unanswered for 30 + 3 x 10 s. Without them
-# a call hangs for the kernel's ~15 minutes, past every bound the store sets (statement_timeout is the
-# server's, and a silent server never sees the statement). A conninfo that names one keeps its own.
-_SILENT_PATH_BOUNDS: dict[str, Any] = {
-    "keepalives": 1,
-    "keepalives_idle": 30,
-    "keepalives_interval": 10,
-    "keepalives_count": 3,
-    "tcp_user_timeout": 30_000,  # milliseconds; where the system has TCP_USER_TIMEOUT (Linux)
-}
-
-
-def _connection_options(conninfo: str, connect_timeout: int, configure: _Configure) -> dict[str, Any]:
-    """The pool's connection options, tried once before the pool starts.
-
-    A wrong URL or a database that is down then fails the open at once, as one typed error naming libpq's
-    cause, instead of a pool that retries in the background, logging each attempt, until the first call
-    times out. A pool mode that does not match the path to the server is refused here too (see
-    ``_pg_pooling``).
-    """
-    import psycopg  # noqa: PLC0415  # optional extra, present once a PostgresStore is made
-    from psycopg.conninfo import conninfo_to_dict  # noqa: PLC0415  # idem
-
-    try:
-        given = conninfo_to_dict(conninfo)
-        defaults = _SILENT_PATH_BOUNDS | {"connect_timeout": connect_timeout}
-        if "PGCONNECT_TIMEOUT" in os.environ:
-            del defaults["connect_timeout"]
-        options: dict[str, Any] = {"autocommit": True} | {k: v for k, v in defaults.items() if k not in given}
-        options |= connection_options(configure.pool_mode)
-        first = psycopg.connect(conninfo, **options)
-    except psycopg.ProgrammingError as error:  # libpq refused the conninfo itself (an unknown option)
-        raise InvalidInput(f"invalid PostgreSQL conninfo: {_one_line(error, conninfo)}") from _cause(error, conninfo)
-    except psycopg.OperationalError as error:
-        raise _unreachable(error, conninfo) from _cause(error, conninfo)
-    try:
-        check_pooling(
-            first, partial(psycopg.connect, conninfo, **options), configure.pool_mode, configure.statement_timeout
-        )
-    except psycopg.OperationalError as error:
-        raise _unreachable(error, conninfo) from _cause(error, conninfo)
-    return options
-
-
-def _unreachable(error: Exception, conninfo: str) -> LedgerUnavailable:
-    return LedgerUnavailable(f"the PostgreSQL ledger cannot be reached: {_one_line(error, conninfo)}")
-
-
-def _cause(error: Exception, conninfo: str) -> Exception | None:
-    """``error`` to chain as the cause, or None where its text quotes the conninfo's password: a traceback
-    prints a cause whole, and psycopg quotes what it could not resolve (``failed to resolve host 'pw@db'``)."""
-    return error if masked(str(error), conninfo) == str(error) else None
-
-
-def _one_line(error: Exception, conninfo: str = "") -> str:
-    """libpq's messages run over several lines (a hint on the next); a log or CLI line needs one. libpq quotes
-    a conninfo token it refused verbatim, the password too: any form of ``conninfo``'s password is ``***``."""
-    return masked(" ".join(str(error).split()), conninfo)
-
-
-def _primary(error: Error) -> str:
-    """The server's own one-line message (``permission denied for table x``), without the statement it quotes."""
-    return error.diag.message_primary or _one_line(error)
-
-
-@lru_cache(maxsize=1)
-def _unavailable() -> tuple[type[Exception], ...]:
-    """psycopg's errors that mean the ledger cannot write now: a database that does not answer (pool timeouts
-    and closed pools included), or one that refuses writes for now (a failover onto a standby,
-    ``default_transaction_read_only``). Made on first use: psycopg is an optional dependency."""
-    import psycopg  # noqa: PLC0415  # optional extra, present once a PostgresStore is made
-
-    return (psycopg.OperationalError, psycopg.InterfaceError, psycopg.errors.ReadOnlySqlTransaction)
-
-
-@lru_cache(maxsize=1)
-def _denied() -> type[Error]:
-    """psycopg's error for a privilege the role lacks. Made on first use: psycopg is an optional dependency."""
-    import psycopg  # noqa: PLC0415  # optional extra, present once a PostgresStore is made
-
-    return psycopg.errors.InsufficientPrivilege
-
-
-@lru_cache(maxsize=1)
-def _corrupted() -> tuple[type[Error], ...]:
-    """psycopg's errors for data that fails the server's checks (SQLSTATE XX001 and XX002). Made on first use:
-    psycopg is an optional dependency."""
-    import psycopg  # noqa: PLC0415  # optional extra, present once a PostgresStore is made
-
-    return (psycopg.errors.DataCorrupted, psycopg.errors.IndexCorrupted)
 
 
 def _render(query: sql.Composable) -> bytes:
@@ -521,7 +204,7 @@ class PostgresStore:
         except ImportError as error:
             raise MissingDependency("psycopg", "postgres") from error
         self.schema = _checked_schema(schema)
-        configure = _Configure(statement_timeout, checked_pool_mode(pool_mode))  # checked before connecting
+        configure = Configure(statement_timeout, checked_pool_mode(pool_mode))  # checked before connecting
         # behind a transaction pooler a caller's own connection (prepare(connection=...)) must not prepare the
         # store's statements either: the pool's connections are told so once, a caller's per statement
         self._prepare = False if configure.pool_mode == TRANSACTION_POOLING else None
@@ -540,8 +223,8 @@ class PostgresStore:
             min_size=min_size,
             max_size=max_size,
             timeout=timeout,
-            kwargs=_connection_options(conninfo, connect_timeout, configure),
-            connection_class=_store_connection(),
+            kwargs=pool_connection_options(conninfo, connect_timeout, configure),
+            connection_class=store_connection(),
             configure=configure,
             open=True,
         )
@@ -685,8 +368,8 @@ class PostgresStore:
                     for statement in self._migrations[version]:
                         conn.execute(statement)
                     conn.execute(self._record_version, (version,))
-            except _denied() as error:  # a worker's role: DML rights only
-                raise migration_refused(_primary(error), conn.info.user, self.schema, pending) from error
+            except denied() as error:  # a worker's role: DML rights only
+                raise migration_refused(primary(error), conn.info.user, self.schema, pending) from error
         return pending
 
     def pending_migrations(self) -> list[int]:
@@ -739,21 +422,21 @@ class PostgresStore:
         so a first call does not find it empty and open one more (a single-threaded worker held two, which
         counts against a pooler's max_client_conn); a fork's child does not wait, it connects on first use."""
         self._pool = self._new_pool()
-        _pools_opened[self._pool] = (os.getpid(), self.schema)
-        self._sweep = _PoolSweep(self._pool)
+        close_at_exit(self._pool, self.schema)
+        self._sweep = PoolSweep(self._pool)
         if ready_within is None:
             return
         try:
             self._pool.wait(ready_within)
-        except _unavailable() as short:  # near a server's or pooler's connection limit: fewer, as before
+        except unavailable() as short:  # near a server's or pooler's connection limit: fewer, as before
             _log.warning(
                 "the PostgreSQL pool did not open its min_size=%d connections within %g s (%s); going on with "
-                "fewer, opened as calls need them", self._pool.min_size, ready_within, _one_line(short),
+                "fewer, opened as calls need them", self._pool.min_size, ready_within, one_line(short),
             )  # fmt: skip
             self._open_pool()  # psycopg_pool closes a pool that was not ready in time
 
-    def _checkout(self) -> _Checkout:
-        return _Checkout(self._pool, self._sweep, _unavailable(), self.schema)
+    def _checkout(self) -> Checkout:
+        return Checkout(self._pool, self._sweep, unavailable(), self.schema)
 
     def insert_if_absent(self, record: EffectRecord, *, connection: Any = None) -> tuple[EffectRecord, bool]:
         """Insert ``record`` unless the key exists, one statement; see :class:`Store`."""
@@ -805,7 +488,7 @@ class PostgresStore:
 
     def _fetch_one(self, conn: Connection[Any], tenant: str, intent_key: str) -> EffectRecord | None:
         with conn.cursor(row_factory=self._dict_row, binary=_reads_binary(conn)) as cur:
-            if not isinstance(conn, _store_connection()):
+            if not isinstance(conn, store_connection()):
                 _load_as_psycopg_does(cur)
             row: DictRow | None = cur.execute(self._get, (tenant, intent_key), prepare=self._prepare).fetchone()
         return from_row(EffectRecord, row, self._codec) if row is not None else None
@@ -859,9 +542,9 @@ class PostgresStore:
         an effect's client CPU. The cursor lives on the connection (and goes with it); a caller's own
         connection (``prepare(connection=...)``) runs them itself.
         """
-        if not isinstance(conn, _store_connection()):
+        if not isinstance(conn, store_connection()):
             return conn
-        pooled = cast("_Pooled", conn)
+        pooled = cast("Pooled", conn)
         if pooled.writer is None or pooled.writer.closed:
             pooled.writer = conn.cursor()
         return pooled.writer
