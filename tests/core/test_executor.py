@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+import safe_effects._ledger as ledger_module
 from safe_effects import (
     ConcurrentSameKey,
     CrashPlan,
@@ -40,6 +41,7 @@ from safe_effects import (
     UndigestibleRequest,
     UnknownTenant,
 )
+from safe_effects._compensation import mark_original_compensated
 from safe_effects.testing import FakeClock, FakeFailure, GenericFakeAdapter, GenericFakeProvider, generic_contract
 
 from ._time_limits import JobTimeLimit, time_limit
@@ -1002,22 +1004,24 @@ def test_compensation_is_a_linked_intent(env: Env) -> None:
     assert len(env.fake.effects()) == 2
 
 
-class _DiesAfterTheCompensationCommits(Ledger):
+def _dies_after_the_compensation_commits(ledger: Ledger, record: EffectRecord) -> None:
     """A worker killed between the compensation's confirm and the original's move to compensated."""
-
-    def _after_settled(self, record: EffectRecord) -> None:
-        if record.compensates is not None:
-            raise SimulatedCrash("killed after the compensation's confirm committed")
-        super()._after_settled(record)
+    if record.compensates is not None:
+        raise SimulatedCrash("killed after the compensation's confirm committed")
+    mark_original_compensated(ledger, record)
 
 
-def test_a_compensation_cut_short_by_a_crash_is_completed_by_running_it_again(env: Env) -> None:
+def test_a_compensation_cut_short_by_a_crash_is_completed_by_running_it_again(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
     env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
     refund = EffectRequest(operation="refund", params={"charge": "fx_1"})
     comp_key = "invoice:inv_42:refund:v1"
-    dying = _DiesAfterTheCompensationCommits(env.ledger.store, clock=env.clock, retry=NO_WAIT)
-    with pytest.raises(SimulatedCrash):
-        dying.compensate(env.adapter, refund, original_key=KEY, compensating_key=comp_key)
+    dying = Ledger(env.ledger.store, clock=env.clock, retry=NO_WAIT)
+    with monkeypatch.context() as patched:
+        patched.setattr(ledger_module, "mark_original_compensated", _dies_after_the_compensation_commits)
+        with pytest.raises(SimulatedCrash):
+            dying.compensate(env.adapter, refund, original_key=KEY, compensating_key=comp_key)
     assert env.record(comp_key).status is EffectStatus.CONFIRMED
     assert env.record().status is EffectStatus.CONFIRMED  # the crash window: compensation done, original not marked
 

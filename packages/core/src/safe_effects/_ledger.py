@@ -1,4 +1,9 @@
-"""The executor: every external write goes through here, exactly once per intent, or ends as ``unknown``."""
+"""The executor: every external write goes through here, exactly once per intent, or ends as ``unknown``.
+
+:class:`Ledger` claims, sends and records; the rules it applies live beside it: ``_admission`` (what refuses a
+call before anything is recorded), ``_reconciliation`` (how an unknown intent is settled), ``_compensation``
+(one compensation per original) and ``_evidence_rules`` (which recorded evidence speaks for a record).
+"""
 
 from __future__ import annotations
 
@@ -397,6 +402,8 @@ class Ledger:
             workflow_id=original.workflow_id,
             compensates=original.intent_key,
         )
+
+    # -- settlement and evidence --------------------------------------------------------------------------
 
     @counted
     def settle(
