@@ -875,7 +875,7 @@ def _event(env: Env, event_id: str, verdict: EvidenceVerdict, *, provider: str =
     )
 
 
-def test_evidence_settles_an_unknown_and_rejection_wins(store_url: str, tmp_path: Path) -> None:
+def test_evidence_settles_an_unknown_and_only_its_own_providers_counts(store_url: str, tmp_path: Path) -> None:
     env = make_env(store_url, tmp_path, dedupe=False, lookups=False)
     env.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
     with pytest.raises(EffectUnknown):

@@ -1,0 +1,145 @@
+"""Reconciliation decisions where one wrong branch sends twice or hides a second effect: a lookup that proves
+nothing, an "absent" the contract does not trust, events that disagree, a late answer naming another object.
+Each test names the mutant it kills. Real stores (SQLite, PostgreSQL); the generic fake records every request."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from safe_effects import (
+    EffectRecord,
+    EffectRejected,
+    EffectRequest,
+    EffectStatus,
+    EffectUnknown,
+    Evidence,
+    EvidenceVerdict,
+    LeaseLost,
+    Ledger,
+    LookupResult,
+)
+from safe_effects.testing import FakeFailure, GenericFakeAdapter
+
+from .test_executor import CHARGE, KEY, _event, make_env
+
+
+def test_a_lookup_that_proves_absence_reopens_nothing_where_the_contract_forbids_redispatch(
+    store_url: str, tmp_path: Path
+) -> None:
+    """A provider without keys whose lookup says "absent", under a contract that does not trust that answer
+    (``redispatch_when_proven_absent=False``): the unknown stays unknown and nothing is sent again. Mutant:
+    ``may_reopen_when_absent`` ignoring the flag sends the intent a second time."""
+    env = make_env(store_url, tmp_path, dedupe=False, proves_absence=True)
+    env.adapter = GenericFakeAdapter(
+        env.fake, env.adapter.contract.model_copy(update={"redispatch_when_proven_absent": False})
+    )
+    env.fake.fail_next(FakeFailure.LOST_BEFORE_COMMIT)
+    with pytest.raises(EffectUnknown):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+
+    assert env.ledger.reconcile(env.adapter, intent_key=KEY).status is EffectStatus.UNKNOWN
+    with pytest.raises(EffectUnknown, match="was not resent"):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+
+    assert len(env.fake.requests()) == 1  # the lost request only: never sent again
+    assert env.fake.effects() == []
+    assert env.record().status is EffectStatus.UNKNOWN
+    assert [a.to_status for a in env.ledger.store.audit_trail("default", KEY)] == ["unknown"]
+
+
+class _LookupDown(GenericFakeAdapter):
+    """The provider's search is down (a 503, a revoked key): every lookup raises."""
+
+    def lookup(self, record: EffectRecord) -> LookupResult:
+        raise ConnectionError("search unavailable")
+
+
+def test_a_lookup_that_raises_proves_nothing_and_nothing_is_resent(store_url: str, tmp_path: Path) -> None:
+    """A keyless provider whose lookups can prove absence, but this lookup failed: that is no proof, the intent
+    stays unknown and is not sent again. Mutant: a failing lookup taken as "absent" sends a second charge."""
+    env = make_env(store_url, tmp_path, dedupe=False, proves_absence=True)
+    env.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)  # it acted; the answer was lost
+    with pytest.raises(EffectUnknown):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    down = _LookupDown(env.fake, env.adapter.contract)
+
+    record = env.ledger.reconcile(down, intent_key=KEY)
+    assert record.status is EffectStatus.UNKNOWN
+    with pytest.raises(EffectUnknown, match="was not resent"):
+        env.ledger.execute(down, CHARGE, intent_key=KEY)
+
+    assert len(env.fake.requests()) == 1
+    assert len(env.fake.effects()) == 1
+    assert env.record().status is EffectStatus.UNKNOWN
+
+
+@dataclass
+class _EventsDuringTheCall(GenericFakeAdapter):
+    """Webhook events reach the ledger while the worker still waits for its answer (they decide nothing yet)."""
+
+    ledger: Ledger | None = None
+    events: tuple[Evidence, ...] = ()
+
+    def dispatch(self, request: EffectRequest, provider_key: str) -> str:
+        try:
+            return GenericFakeAdapter.dispatch(self, request, provider_key)
+        finally:
+            assert self.ledger is not None
+            for event in self.events:
+                assert self.ledger.record_evidence(event)
+            assert self.ledger.get(KEY).status is EffectStatus.IN_FLIGHT
+
+
+def test_a_rejecting_event_wins_over_a_confirming_one_whatever_their_order(store_url: str, tmp_path: Path) -> None:
+    """A confirmation and then a rejection arrive while the call is in flight, and its answer is lost: weighed
+    together, the rejection decides (a rejected message never went out). Mutant: the first confirmation wins,
+    and the caller gets a receipt for a send the provider refused."""
+    env = make_env(store_url, tmp_path, dedupe=False, lookups=False)
+    adapter = _EventsDuringTheCall(env.fake, env.adapter.contract, lookups_enabled=False)
+    adapter.ledger = env.ledger
+    adapter.events = (_event(env, "c1", EvidenceVerdict.CONFIRMS), _event(env, "r1", EvidenceVerdict.REJECTS))
+    env.fake.fail_next(FakeFailure.LOST_BEFORE_COMMIT)
+
+    with pytest.raises(EffectRejected, match="as its event events:r1 says"):
+        env.ledger.execute(adapter, CHARGE, intent_key=KEY)
+
+    record = env.record()
+    assert record.status is EffectStatus.REJECTED
+    assert record.resolution is not None
+    assert record.resolution.evidence == "events:r1"
+    assert len(env.fake.requests()) == 1
+    assert env.fake.effects() == []
+
+
+def test_a_late_answer_naming_a_second_object_is_kept_and_raised_not_taken_for_the_same_answer(
+    store_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A call outlives its lease; the taker-over's lookup proves absence (the slow request has not landed), so
+    it sends again and confirms fx_1; then the slow request lands too, fx_2. Both are "confirmed", but they are
+    two effects: the late worker's answer is kept as evidence, the duplicate raised, and its caller told
+    ``LeaseLost``. Mutant: ``_answered_alike`` without the id, which hands the late caller a receipt and leaves
+    the second charge unseen."""
+    env = make_env(store_url, tmp_path, dedupe=False, proves_absence=True)
+    taker = env.other_ledger()
+
+    class Slow(GenericFakeAdapter):
+        def dispatch(self, request: EffectRequest, provider_key: str) -> str:
+            env.clock.advance(timedelta(minutes=5))  # still on the wire when the lease runs out...
+            receipt = taker.execute(env.adapter, CHARGE, intent_key=KEY)  # ...taken over, proven absent, sent
+            assert receipt.record.provider_result_id == "fx_1"
+            return GenericFakeAdapter.dispatch(self, request, provider_key)  # ...and then it lands: fx_2
+
+    with pytest.raises(LeaseLost), caplog.at_level(logging.ERROR, logger="safe_effects"):
+        env.ledger.execute(Slow(env.fake, env.adapter.contract), CHARGE, intent_key=KEY)
+
+    record = env.record()
+    assert (record.status, record.provider_result_id) == (EffectStatus.CONFIRMED, "fx_1")
+    assert [e.result_id for e in env.fake.effects()] == ["fx_1", "fx_2"]
+    late = [e for e in env.ledger.store.evidence_for("default", KEY) if e.source == "late_response"]
+    assert [(e.verdict, e.provider_result_id) for e in late] == [(EvidenceVerdict.CONFIRMS, "fx_2")]
+    assert "names 'fx_2' beside the recorded 'fx_1'" in caplog.text
