@@ -80,6 +80,12 @@ V2_PAYMENT = {"from": {"financial_account": "fa_1", "currency": "usd"}, "amount"
         (400, "not_cancelable", stripe.NotCancelableError, Outcome.FINAL),
         (400, "quota_exceeded", stripe.QuotaExceededError, Outcome.FINAL),
         (403, "blocked_by_stripe", stripe.BlockedByStripeError, Outcome.FINAL),
+        # by status, whatever the type (mutation review 2026-11-30: 402 and 404 were unpinned, and so was a
+        # typed error answered with a 5xx, which may follow an effect and must never read as a refusal)
+        (402, "insufficient_funds", stripe.InsufficientFundsError, Outcome.FINAL),
+        (404, "quota_exceeded", stripe.QuotaExceededError, Outcome.FINAL),
+        (500, "not_cancelable", stripe.NotCancelableError, Outcome.UNKNOWN),
+        (503, "insufficient_funds", stripe.InsufficientFundsError, Outcome.UNKNOWN),
         (409, "not_cancelable", stripe.NotCancelableError, Outcome.UNKNOWN),  # a conflict: not a plain refusal
         (400, "idempotency_error", stripe.IdempotencyError, Outcome.UNKNOWN),  # the key's first request may have acted
         (409, "idempotency_error", stripe.IdempotencyError, Outcome.UNKNOWN),  # the key's first request still runs
@@ -207,3 +213,17 @@ def test_anything_unrecognised_is_unknown() -> None:
     assert classify(stripe.APIConnectionError("no cause")).outcome is Outcome.UNKNOWN
     assert classify(stripe.SignatureVerificationError("sig", "hdr")).outcome is Outcome.UNKNOWN
     assert API_KEY.startswith("sk_test_")
+
+
+def test_a_409_key_in_use_typed_as_idempotency_error_stays_replayable(
+    fake: FakeStripe, sdk: stripe.StripeClient
+) -> None:
+    """v2 types Stripe's 409 "a request under this key is still running" as an IdempotencyError. That request is
+    this intent's own, so a later replay of the key is still deduped: its code must not be the mismatch code
+    (``idempotency_error``, a key another request holds), which the contract never replays."""
+    fake.inject(
+        stripe_error_fault(409, "idempotency_error", "in use", code="idempotency_key_in_use", path_prefix=V2_PATH)
+    )
+    verdict, error = verdict_of(lambda: sdk.v2.money_management.outbound_payments.create(params=V2_PAYMENT))  # type: ignore[arg-type]
+    assert type(error) is stripe.IdempotencyError
+    assert (verdict.outcome, verdict.error_code) == (Outcome.UNKNOWN, "idempotency_key_in_use")
