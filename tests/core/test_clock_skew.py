@@ -35,6 +35,7 @@ from safe_effects import (
     system_clock,
 )
 from safe_effects._clock_skew import RECHECK_AFTER, RECHECK_REFUSED_AFTER, ClockSkewGuard
+from safe_effects._store import Store
 from safe_effects.testing import GenericFakeAdapter, GenericFakeProvider, generic_contract
 
 KEY = "invoice:inv_42:collect:v1"
@@ -171,6 +172,43 @@ def test_the_clock_is_measured_again_after_a_minute_and_a_fixed_clock_is_let_thr
         monotonic.now += RECHECK_AFTER
         with pytest.raises(ClockSkewed, match=r"-40\.\d s off"):
             guard.check()
+    finally:
+        store.close()
+
+
+class _AnswersAfter:
+    """The real store, whose time query comes back ``trip`` after it was asked (a database under load): the
+    worker's clock reads that much later once it returns."""
+
+    def __init__(self, store: Store, clock: ShiftedClock, trip: timedelta) -> None:
+        self.store, self.clock, self.trip = store, clock, trip
+
+    def database_time(self) -> datetime | None:
+        answered = self.store.database_time()
+        self.clock.offset += self.trip
+        return answered
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+@pytest.mark.parametrize(("ahead", "refused"), [(25, False), (45, True)])
+def test_a_slow_time_query_counts_half_its_round_trip_in_the_workers_favour(
+    store_url: str, ahead: int, refused: bool
+) -> None:
+    """The database read its clock somewhere within a 20 s round trip: the offset is taken at the midpoint and
+    the other 10 s are doubt, counted for the worker. A clock ``ahead`` s of the database's as the query left is
+    25 to 45 s off: refused only if it is off by more than 30 s beyond doubt, reported at the midpoint estimate.
+    Mutants: the offset read after the answer (a worker wrongly refused, or reported 10 s off), or the doubt
+    counted against the worker (a sound worker refused, a ledger down while its database is slow)."""
+    store, clock = open_store(store_url), ShiftedClock(timedelta(seconds=ahead))
+    try:
+        guard = ClockSkewGuard(_AnswersAfter(store, clock, timedelta(seconds=20)), clock, timedelta(seconds=30))  # type: ignore[arg-type]
+        if not refused:
+            guard.check()
+            return
+        with pytest.raises(ClockSkewed) as skewed:
+            guard.check()
+        assert skewed.value.offset == pytest.approx(ahead + 10, abs=2)
     finally:
         store.close()
 

@@ -102,7 +102,21 @@ def test_build_refuses_non_str_parts_saying_what_it_takes() -> None:
 
 @pytest.mark.parametrize(
     "value",
-    ["", "a:b:v1", "a:b:c:1", "a::c:v1", "a:b:c:v1:", "a:b c:d:v1", "a:b:c\t:v1", "x" * 252 + ":b:c:v1", 42, None],
+    [
+        "",
+        "a:b:v1",
+        "a:b:c:1",
+        "a::c:v1",
+        "a::c:d:v1",  # an empty part among five: the one-match fast path must refuse what the part checks do
+        ":a:b:c:v1",
+        "a:b:c::v1",
+        "a:b:c:v1:",
+        "a:b c:d:v1",
+        "a:b:c\t:v1",
+        "x" * 252 + ":b:c:v1",
+        42,
+        None,
+    ],
 )
 def test_parse_refuses_malformed_keys(value: object) -> None:
     with pytest.raises(InvalidIntentKey):

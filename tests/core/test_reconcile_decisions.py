@@ -19,9 +19,12 @@ from safe_effects import (
     EffectUnknown,
     Evidence,
     EvidenceVerdict,
+    InvalidInput,
     LeaseLost,
     Ledger,
     LookupResult,
+    LookupStatus,
+    purge_settled,
 )
 from safe_effects.testing import FakeFailure, GenericFakeAdapter
 
@@ -143,3 +146,66 @@ def test_a_late_answer_naming_a_second_object_is_kept_and_raised_not_taken_for_t
     late = [e for e in env.ledger.store.evidence_for("default", KEY) if e.source == "late_response"]
     assert [(e.verdict, e.provider_result_id) for e in late] == [(EvidenceVerdict.CONFIRMS, "fx_2")]
     assert "names 'fx_2' beside the recorded 'fx_1'" in caplog.text
+
+
+def test_last_years_late_answer_does_not_settle_this_years_record_of_its_key(store_url: str, tmp_path: Path) -> None:
+    """Last year's call outlived its lease and its answer (fx_1) was filed as a late answer, which settled that
+    record; it was purged after the retention floor, its evidence kept. This year's send of the same key is lost
+    before it reached the provider: it stays unknown. The late answer names the record it answers (its creation
+    time), not this one. Mutant: ``_about`` counting any late answer for any record of its key confirms this
+    year's send with last year's charge, and the job is told it went out when nothing did."""
+    env = make_env(store_url, tmp_path, dedupe=False, lookups=False)
+    taker = env.other_ledger()
+
+    class Slow(GenericFakeAdapter):
+        def dispatch(self, request: EffectRequest, provider_key: str) -> str:
+            env.clock.advance(timedelta(minutes=5))  # the lease runs out while the request is on the wire
+            assert taker.reconcile(env.adapter, intent_key=KEY).status is EffectStatus.UNKNOWN
+            return GenericFakeAdapter.dispatch(self, request, provider_key)
+
+    last_year = env.ledger.execute(Slow(env.fake, env.adapter.contract, lookups_enabled=False), CHARGE, intent_key=KEY)
+    assert (last_year.record.status, last_year.record.provider_result_id) == (EffectStatus.CONFIRMED, "fx_1")
+    assert [e.source for e in env.ledger.store.evidence_for("default", KEY)] == ["late_response"]
+    env.clock.advance(timedelta(days=365))
+    assert purge_settled(env.ledger.store, older_than=timedelta(days=200), now=env.clock()).deleted == 1
+
+    env.fake.fail_next(FakeFailure.LOST_BEFORE_COMMIT)
+    with pytest.raises(EffectUnknown):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+
+    record = env.record()
+    assert (record.status, record.provider_result_id) == (EffectStatus.UNKNOWN, None)
+    assert [e.result_id for e in env.fake.effects()] == ["fx_1"]  # last year's only
+    assert len(env.fake.requests()) == 2
+
+
+class _LaggingAndStricter(GenericFakeAdapter):
+    """After a deploy: its search has not indexed the first charge yet ("absent", under a contract that trusts
+    it), and it refuses the request itself, before any I/O, as the previous release did not."""
+
+    def lookup(self, record: EffectRecord) -> LookupResult:
+        return LookupResult(LookupStatus.ABSENT, "search")
+
+    def dispatch(self, request: EffectRequest, provider_key: str) -> str:
+        raise InvalidInput("amount must be a multiple of 100 for this currency")
+
+
+def test_an_adapters_own_refusal_of_a_later_send_leaves_the_intent_unknown_not_rejected(
+    store_url: str, tmp_path: Path
+) -> None:
+    """The first charge went out and its answer was lost. The retry's lookup says "absent" and the intent is
+    sent again, but the adapter refuses that send before any I/O: nothing left the process this time, yet the
+    first attempt may have acted (it did), so the intent stays unknown. Mutant: the refusal taken as final on
+    any send (``attempt_count == 1`` dropped) rejects it, and a corrected ``:v2`` charges the customer again."""
+    env = make_env(store_url, tmp_path, dedupe=False, proves_absence=True)
+    env.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
+    with pytest.raises(EffectUnknown):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+
+    with pytest.raises(EffectUnknown):
+        env.ledger.execute(_LaggingAndStricter(env.fake, env.adapter.contract), CHARGE, intent_key=KEY)
+
+    record = env.record()
+    assert (record.status, record.attempt_count, record.last_error_class) == (EffectStatus.UNKNOWN, 2, "InvalidInput")
+    assert len(env.fake.requests()) == 1
+    assert [e.result_id for e in env.fake.effects()] == ["fx_1"]

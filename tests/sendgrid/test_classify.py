@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import ssl
+import time
 import urllib.error
 from collections.abc import Callable
 from typing import Any
@@ -149,6 +150,24 @@ def test_429_that_outlasts_the_budget_defers_with_nothing_sent(
     assert ledger.get(key).status is S.PREPARED
 
 
+@pytest.mark.parametrize("header", ["Retry-After", "X-RateLimit-Reset"])
+def test_a_wait_past_max_wait_defers_at_once_and_hands_the_job_sendgrids_wait(
+    header: str, *, sg: SendGridAPIClient, fake: FakeSendGrid, ledger: Ledger, key: str, mail: Any
+) -> None:
+    """SendGrid's wait is waited out as given, never shortened: past the policy's max_wait (0 s here) no retry is
+    made inside the boundary, and the job is told to come back when SendGrid said, not at once and not in 50
+    years. Its rate limits answer a 429 with X-RateLimit-Reset, the epoch second the limit resets."""
+    value = "120" if header == "Retry-After" else str(int(time.time()) + 120)
+    fake.inject(Fault.status_code(429, headers={header: value}, times=5))
+    with pytest.raises(EffectDeferred) as deferred:
+        sg.send(mail(), intent_key=key)
+    assert deferred.value.retry_after is not None
+    assert 115 <= deferred.value.retry_after <= 120
+    assert (len(fake.sends()), fake.effect_count()) == (1, 0)
+    record = ledger.get(key)
+    assert (record.status, record.last_error_code) == (S.PREPARED, "http_429")
+
+
 def test_a_refused_port_is_retried_then_deferred(
     fake: FakeSendGrid, make_sg: MakeSG, record: Record, key: str, mail: Any
 ) -> None:
@@ -193,6 +212,7 @@ def test_anything_unrecognised_is_unknown() -> None:
 
 def test_retry_after_reads_seconds_dates_and_rate_limit_reset() -> None:
     assert retry_after({"Retry-After": "3"}) == 3.0
+    assert retry_after({"Retry-After": "-3"}) == 0.0  # a negative wait would make the retry's sleep raise
     assert retry_after({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0
     assert (retry_after({"X-RateLimit-Reset": str(2**31)}) or 0) > 0
     assert retry_after({"Retry-After": "soon"}) is None

@@ -127,7 +127,11 @@ def _oversize(body: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize(
     "custom_args",
-    [pytest.param("oversize", id="over 10,000 bytes with ours"), pytest.param(["order"], id="not an object")],
+    [
+        pytest.param("oversize", id="over 10,000 bytes with ours"),
+        pytest.param({"order": "é" * (CUSTOM_ARGS_LIMIT // 2 - 10)}, id="under 10,000 characters, over in bytes"),
+        pytest.param(["order"], id="not an object"),
+    ],
 )
 def test_custom_args_the_wrapper_cannot_stamp_are_refused_before_the_ledger_records_anything(
     sg: SendGridAPIClient, fake: FakeSendGrid, ledger: Ledger, key: str, mail: Any, custom_args: Any
@@ -138,6 +142,20 @@ def test_custom_args_the_wrapper_cannot_stamp_are_refused_before_the_ledger_reco
     assert (fake.requests(), fake.effect_count()) == ([], 0)
     with pytest.raises(IntentNotFound):
         ledger.get(key)
+
+
+def test_custom_args_of_exactly_10000_bytes_with_ours_are_sent(
+    sg: SendGridAPIClient, fake: FakeSendGrid, ledger: Ledger, key: str, mail: Any
+) -> None:
+    """SendGrid's limit is 10,000 bytes, inclusive: a message at it is sent, not refused."""
+    ours = {INTENT_ARG: key, TENANT_ARG: "default", RECIPIENTS_ARG: "1"}
+    taken = sum(len(k.encode()) + len(v.encode()) for k, v in ours.items()) + len("order")
+    body = {**mail().get(), "custom_args": {"order": "x" * (CUSTOM_ARGS_LIMIT - taken)}}
+    sg.send(body, intent_key=key)
+    stamped = fake.messages[0].custom_args
+    assert sum(len(k.encode()) + len(v.encode()) for k, v in stamped.items()) == CUSTOM_ARGS_LIMIT
+    assert fake.effect_count() == 1
+    assert ledger.get(key).status is EffectStatus.CONFIRMED
 
 
 def test_more_personalizations_than_sendgrid_takes_are_refused_and_the_split_send_keeps_the_key(

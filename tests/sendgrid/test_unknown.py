@@ -52,6 +52,46 @@ def test_lost_202_then_webhook_confirms_without_a_resend(
     assert (len(fake.sends()), fake.effect_count()) == (1, 1)
 
 
+@pytest.mark.parametrize("kind", ["delivered", "deferred", "bounce"])
+def test_lost_202_then_any_delivery_attempt_alone_confirms_it(
+    kind: str, *, sg: SendGridAPIClient, fake: FakeSendGrid, ledger: Ledger, key: str, mail: Any
+) -> None:
+    """A deferral or a bounce means SendGrid tried to deliver: the mail went out, no drop can follow, and the
+    intent is confirmed at once (a 'processed' alone waits out the rejection window)."""
+    fake.activity_visible = False  # activity search lags: a lookup finds nothing yet
+    _lose_the_202(sg, fake, key, mail())
+
+    body, headers = fake.webhook_request(fake.events(fake.messages[0], kinds=[kind]))
+    assert ingest_events(ledger, body, headers, public_key=fake.signer.public_key).recorded == 1
+
+    settled = ledger.get(key)
+    assert (settled.status, settled.provider_result_id) == (S.CONFIRMED, fake.messages[0].message_id)
+    assert settled.resolution is not None
+    assert settled.resolution.method == "evidence:sendgrid_webhook"
+    assert isinstance(sg.send(mail(), intent_key=key), LedgerResponse)
+    assert (len(fake.sends()), fake.effect_count()) == (1, 1)
+
+
+def test_lost_202_then_processed_confirms_nothing_yet_and_a_later_drop_rejects_it(
+    sg: SendGridAPIClient, fake: FakeSendGrid, ledger: Ledger, key: str, mail: Any
+) -> None:
+    """'processed' says SendGrid took the message, not that it went out: a drop may follow in a later batch, so
+    the intent waits (a retry sends nothing) and the drop then rejects it."""
+    fake.activity_visible = False
+    _lose_the_202(sg, fake, key, mail())
+    body, headers = fake.webhook_request(fake.events(fake.messages[0], kinds=["processed"]))
+    assert ingest_events(ledger, body, headers, public_key=fake.signer.public_key).recorded == 1
+    assert ledger.get(key).status is S.UNKNOWN
+    _retry_stays_unknown(sg, fake, key, mail())
+
+    body, headers = fake.webhook_request(fake.events(fake.messages[0], kinds=["dropped"], reason="Bounced Address"))
+    assert ingest_events(ledger, body, headers, public_key=fake.signer.public_key).recorded == 1
+    assert ledger.get(key).status is S.REJECTED
+    with pytest.raises(EffectRejected):
+        sg.send(mail(), intent_key=key)
+    assert (len(fake.sends()), fake.effect_count()) == (1, 1)
+
+
 def test_lost_202_then_the_activity_api_confirms_it(
     sg: SendGridAPIClient, fake: FakeSendGrid, record: Record, key: str, mail: Any
 ) -> None:
@@ -132,11 +172,14 @@ def test_a_drop_reason_is_kept_only_as_sendgrid_words_it(
     assert fake.effect_count() == 1  # the 202 that was lost: nothing resent
 
 
+@pytest.mark.parametrize("copy_to", ["to", "cc", "bcc"])
 def test_a_drop_for_one_of_several_recipients_decides_nothing(
-    sg: SendGridAPIClient, fake: FakeSendGrid, ledger: Ledger, key: str, mail: Any
+    copy_to: str, *, sg: SendGridAPIClient, fake: FakeSendGrid, ledger: Ledger, key: str, mail: Any
 ) -> None:
+    """The second recipient may be a cc or a bcc: its copy still goes when the first is dropped."""
     fake.activity_visible = False
-    message = mail(to=["a@example.com", "b@example.com"])
+    message = mail(to="a@example.com").get()
+    message["personalizations"][0].setdefault(copy_to, []).append({"email": "b@example.com"})
     _lose_the_202(sg, fake, key, message)
     first_only = fake.events(fake.messages[0], kinds=["dropped"], reason="Unsubscribed Address")[:1]
     body, headers = fake.webhook_request(first_only)

@@ -56,6 +56,9 @@ CREDENTIALS = [
     "IncompleteSignature",
     "MissingAuthenticationToken",
     "ExpiredToken",
+    "InvalidSignatureException",
+    "RequestExpired",
+    "RequestTimeTooSkewed",
 ]
 UNKNOWN = [("InternalFailure", 500), ("ServiceUnavailable", 503), ("SomethingNew", 500), ("", 502)]
 # v1's answers to a malformed request (an address without a domain, a tag with a character SES refuses), and
@@ -82,17 +85,24 @@ def test_refusals_are_final(code: str) -> None:
     assert (verdict.outcome, verdict.error_code) == (Outcome.FINAL, code)
 
 
+@pytest.mark.parametrize("status", [400, 403])
 @pytest.mark.parametrize("code", CREDENTIALS)
-def test_refused_credentials_defer_the_send_not_reject_it(code: str) -> None:
+def test_refused_credentials_defer_the_send_not_reject_it(code: str, status: int) -> None:
     """A rotated key or an expired token: nothing reached SES's send logic, and the same send should go once
-    the credentials are fixed, so it is retryable with a hint that defers the call."""
-    verdict = classify(client_error(code, 403))
+    the credentials are fixed, so it is retryable with a hint that defers the call. Decided by the code, not the
+    status: SES's API reference (Common Errors) answers AccessDeniedException, IncompleteSignature and
+    RequestExpired with a 400, which by its status alone would end the send rejected for good."""
+    verdict = classify(client_error(code, status))
     assert (verdict.outcome, verdict.error_code, verdict.retry_after) == (Outcome.RETRYABLE, code, 60.0)
 
 
+@pytest.mark.parametrize("status", [400, 429, 503])
 @pytest.mark.parametrize("code", RETRYABLE)
-def test_rate_and_quota_refusals_are_retryable(code: str) -> None:
-    assert classify(client_error(code, 429)).outcome is Outcome.RETRYABLE
+def test_rate_and_quota_refusals_are_retryable_whatever_their_status(code: str, status: int) -> None:
+    """Decided by the code: v2's ThrottlingException is a 400 (by its status a refusal), and a gateway may answer
+    a throttling code botocore knows with a 503 (by its status unknown: a send never made, then never settled)."""
+    verdict = classify(client_error(code, status))
+    assert (verdict.outcome, verdict.error_code) == (Outcome.RETRYABLE, code)
 
 
 @pytest.mark.parametrize(("code", "status"), OTHER_REFUSALS)

@@ -201,6 +201,32 @@ def test_throttling_that_outlasts_the_retry_budget_defers_without_sending(env: A
     assert len(env.proxy.sends()) == env.ledger.retry.max_attempts
 
 
+@pytest.mark.parametrize(
+    ("service", "code"),
+    [("ses", "IncompleteSignature"), ("ses", "RequestExpired"), ("sesv2", "AccessDeniedException")],
+)
+def test_a_credentials_refusal_answered_with_a_400_defers_the_send_and_it_goes_once_fixed(
+    env: Any, emails: dict[str, dict[str, Any]], service: str, code: str
+) -> None:
+    """SES's API reference (Common Errors) answers these with a 400, the status of a refusal of the request: by
+    its status alone the intent would end rejected, and the receipt never go under its key once the key is fixed."""
+    env.proxy.refuse_sends(code, status=400)
+    with pytest.raises(EffectDeferred) as deferred:
+        env.wrapped(service).send_email(IntentKey=KEY, **emails[service])
+    assert deferred.value.retry_after == 60.0
+    assert env.sent() == []
+    assert len(env.proxy.sends()) == 1  # deferred at once: not retried inside the boundary
+    record = env.ledger.get(KEY)
+    assert (record.status, record.last_error_code) == (EffectStatus.PREPARED, code)
+
+    answer = env.wrapped(service).send_email(IntentKey=KEY, **emails[service])
+    [sent] = env.sent()
+    assert answer["MessageId"] == sent["id"]
+    assert len(env.proxy.sends()) == 2
+    record = env.ledger.get(KEY)
+    assert (record.status, record.provider_result_id) == (EffectStatus.CONFIRMED, sent["id"])
+
+
 @pytest.mark.parametrize(("service", "sender_field"), [("ses", "Source"), ("sesv2", "FromEmailAddress")])
 def test_unverified_sender_is_rejected_and_nothing_is_sent(
     env: Any, emails: dict[str, dict[str, Any]], service: str, sender_field: str

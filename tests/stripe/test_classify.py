@@ -123,11 +123,14 @@ def test_an_oauth_error_is_final(fake: FakeStripe, status: int, code: str, error
     assert (verdict.outcome, verdict.error_code, verdict.provider_result_id) == (Outcome.FINAL, code, None)
 
 
-def test_rate_limit_is_retryable_with_retry_after(fake: FakeStripe, sdk: stripe.StripeClient) -> None:
-    fake.inject(rate_limit_fault(retry_after=2.5))
+@pytest.mark.parametrize(("given", "kept"), [(2.5, 2.5), (-3, 0.0)])  # a negative wait would make the sleep raise
+def test_rate_limit_is_retryable_with_retry_after(
+    given: float, kept: float, *, fake: FakeStripe, sdk: stripe.StripeClient
+) -> None:
+    fake.inject(rate_limit_fault(retry_after=given))
     verdict, error = verdict_of(lambda: sdk.v1.customers.create(params={"name": "a"}))
     assert isinstance(error, stripe.RateLimitError)
-    assert (verdict.outcome, verdict.retry_after) == (Outcome.RETRYABLE, 2.5)
+    assert (verdict.outcome, verdict.retry_after) == (Outcome.RETRYABLE, kept)
 
 
 def test_server_error_is_unknown(fake: FakeStripe, sdk: stripe.StripeClient) -> None:
