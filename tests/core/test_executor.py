@@ -40,6 +40,7 @@ from safe_effects import (
     SimulatedCrash,
     UndigestibleRequest,
     UnknownTenant,
+    Verdict,
 )
 from safe_effects._compensation import mark_original_compensated
 from safe_effects.testing import FakeClock, FakeFailure, GenericFakeAdapter, GenericFakeProvider, generic_contract
@@ -507,6 +508,40 @@ def test_retry_waits_honour_retry_after_back_off_and_respect_both_bounds(store_u
         out_of_time.execute(env.adapter, CHARGE, intent_key=KEY)
     assert len(env.fake.requests()) == 5  # the time bound allowed no second attempt, and no wait
     assert waits == [0.25, 0.01, 0.75]
+
+
+class _SkewedHintAdapter(GenericFakeAdapter):
+    """A third-party classifier that reads a rate limit's reset time with a clock ahead of the provider's (a
+    negative wait) or parses a header into NaN."""
+
+    hint: float = 0.0
+
+    def classify(self, error: BaseException) -> Verdict:
+        verdict = super().classify(error)
+        return Verdict.of(error, verdict.outcome, verdict.error_code, retry_after=self.hint)
+
+
+@pytest.mark.parametrize(("hint", "expected_wait"), [(-5.0, 0.0), (float("nan"), 0.25)], ids=["negative", "nan"])
+def test_a_retry_after_hint_in_the_past_means_now_and_one_that_is_no_number_means_back_off(
+    store_url: str, tmp_path: Path, hint: float, expected_wait: float
+) -> None:
+    """Passed on as given, either hint reached ``sleep`` (here a recorder), where ``time.sleep`` raises a bare
+    ValueError and the call ended untyped, the record left prepared."""
+    env = make_env(store_url, tmp_path)
+    adapter = _SkewedHintAdapter(env.fake, env.adapter.contract)
+    adapter.hint = hint
+    waits: list[float] = []
+    ledger = Ledger(
+        env.ledger.store, clock=env.clock, retry=RetryPolicy(initial_wait=0.25, max_wait=1.0), sleep=waits.append
+    )
+    env.fake.fail_next(FakeFailure.RATE_LIMITED)
+
+    receipt = ledger.execute(adapter, CHARGE, intent_key=KEY)
+
+    assert waits == [expected_wait]
+    assert len(env.fake.requests()) == 2  # the refused attempt and its retry, under the same key
+    assert [e.result_id for e in env.fake.effects()] == [receipt.record.provider_result_id]
+    assert env.record().status is EffectStatus.CONFIRMED
 
 
 @pytest.mark.parametrize(

@@ -37,6 +37,13 @@ class Verdict:
     retry_after: float | None = None  # seconds, from a Retry-After hint
     provider_result_id: str | None = None  # e.g. the PaymentIntent a declined card still created
 
+    def __post_init__(self) -> None:
+        """A hint in the past (a reset time read by a clock ahead of the provider's) means now, and one that is
+        not a number says nothing: passed on, either would end the call in ``sleep`` as a bare ``ValueError``."""
+        hint = self.retry_after
+        if hint is not None and not hint >= 0:  # NaN fails every comparison
+            object.__setattr__(self, "retry_after", 0.0 if hint < 0 else None)
+
     @classmethod
     def of(cls, error: BaseException, outcome: Outcome, code: str | None = None, **kw: Any) -> Verdict:
         return cls(outcome=outcome, error_class=type(error).__qualname__, error_code=code, **kw)
