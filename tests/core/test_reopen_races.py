@@ -22,12 +22,14 @@ from safe_effects import (
     EffectRejected,
     EffectRequest,
     EffectStatus,
+    EffectUnknown,
     Evidence,
     EvidenceVerdict,
     IllegalTransition,
     IntentConflict,
     LeaseLost,
     Ledger,
+    LedgerUnavailable,
     LookupResult,
     Operator,
     Reconciler,
@@ -36,6 +38,7 @@ from safe_effects import (
 from safe_effects.testing import (
     FakeClock,
     FakeFailure,
+    FakeTimeout,
     GenericFakeAdapter,
     GenericFakeProvider,
     RecordingObserver,
@@ -131,6 +134,107 @@ def test_a_late_timeout_landing_during_the_reopen_still_stops_a_resend(open_ledg
 
     assert receipt.record.status is EffectStatus.CONFIRMED  # a fresh lookup now finds it
     assert len(fake.effects()) == 1
+
+
+@dataclass
+class LandsAfterItsTimeout(GenericFakeAdapter):
+    """The client gives up on the request (a read timeout) while the provider has not acted on it yet; the test
+    lands it later (``land``), and the provider acts then."""
+
+    on_the_wire: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def dispatch(self, request: EffectRequest, provider_key: str) -> str:
+        self.on_the_wire.append((provider_key, dict(request.params)))
+        raise FakeTimeout("read timed out")
+
+    def land(self) -> str:
+        return self.fake.handle(*self.on_the_wire.pop())
+
+
+@pytest.mark.parametrize("worker_id", [None, "billing"], ids=["ids of their own", "one worker id"])
+def test_a_late_timeout_whose_write_first_failed_is_kept_and_stops_a_resend_after_the_reopen(
+    open_ledger: OpenLedger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, worker_id: str | None
+) -> None:
+    """A's request times out; the database does not answer A's write of that (its first try), and meanwhile
+    another worker finds A's lease run out and records the intent unknown. A's next try finds the record moved
+    by that worker, not by itself: its timeout is kept as a late answer. A sweep's lookup then reopens the intent
+    (the request has not landed yet), the request lands and acts, and the caller's retry looks again instead
+    of resending. Mutant: ``_written_by_me`` ignoring the writer takes the other worker's write for A's own, the
+    late answer is lost, and the retry sends the reopened intent a second time. With one worker id for both
+    (given before a fork) the writer's id cannot tell them apart: the write's time and columns do (before
+    2026-11-30 they were not compared: two effects)."""
+    clock = FakeClock()
+    fake = GenericFakeProvider(tmp_path / "fake.db", clock=clock, dedupe=False)
+    contract = generic_contract(dedupe=False, lookup_proves_absence=True)
+    wire = LandsAfterItsTimeout(fake, contract)
+    late = open_ledger(clock=clock, retry=NO_WAIT, worker_id=worker_id)
+    other = open_ledger(clock=clock, retry=NO_WAIT, worker_id=worker_id)
+    write = late.store.transition
+
+    def down_while_the_lease_runs_out(record: EffectRecord, to: EffectStatus, **changes: Any) -> EffectRecord:
+        monkeypatch.setattr(late.store, "transition", write)  # the next try reaches the database
+        clock.advance(late.lease.duration * 2)
+        no_lookups = GenericFakeAdapter(fake, contract, lookups_enabled=False)
+        assert other.reconcile(no_lookups, intent_key=KEY).status is EffectStatus.UNKNOWN  # the lease expired
+        raise LedgerUnavailable("the database did not answer")
+
+    monkeypatch.setattr(late.store, "transition", down_while_the_lease_runs_out)
+    with pytest.raises(LeaseLost):
+        late.execute(wire, CHARGE, intent_key=KEY)
+    [kept] = other.store.evidence_for("default", KEY)
+    assert (kept.source, kept.kind, kept.verdict) == ("late_response", "unknown", EvidenceVerdict.INFORMATIONAL)
+
+    assert other.reconcile(GenericFakeAdapter(fake, contract), intent_key=KEY).status is EffectStatus.PREPARED
+    assert wire.land() == "fx_1"  # A's request reaches the provider only now, and acts
+
+    receipt = other.execute(GenericFakeAdapter(fake, contract), CHARGE, intent_key=KEY)  # the caller's retry
+
+    assert (receipt.record.status, receipt.record.provider_result_id) == (EffectStatus.CONFIRMED, "fx_1")
+    assert receipt.from_ledger  # found by a fresh lookup, not sent
+    assert [outcome for _, outcome in fake.requests()] == ["ok"]
+    assert [e.result_id for e in fake.effects()] == ["fx_1"]
+
+
+def test_a_late_timeout_is_kept_when_a_ledger_sharing_its_worker_id_sent_the_intent_again_meanwhile(
+    open_ledger: OpenLedger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two ledgers with one worker id (a ``worker_id`` given before a fork). A's write of its timeout first fails;
+    meanwhile B takes the lapsed lease over, a lookup reopens the intent and B sends it again, which times out
+    too. The record is unknown and last written by that worker id, but at a later version than A's write would
+    have made: A's timeout is kept as a late answer, and once A's request lands the retry finds it instead of
+    resending. Mutant: ``_written_by_me`` ignoring the version takes B's write for A's own; the late answer is
+    lost and the retry sends a second time."""
+    clock = FakeClock()
+    fake = GenericFakeProvider(tmp_path / "fake.db", clock=clock, dedupe=False)
+    contract = generic_contract(dedupe=False, lookup_proves_absence=True)
+    wire, exact = LandsAfterItsTimeout(fake, contract), GenericFakeAdapter(fake, contract)
+    late = open_ledger(clock=clock, retry=NO_WAIT, worker_id="billing")
+    other = open_ledger(clock=clock, retry=NO_WAIT, worker_id="billing")
+    write = late.store.transition
+
+    def down_while_another_sends_it(record: EffectRecord, to: EffectStatus, **changes: Any) -> EffectRecord:
+        monkeypatch.setattr(late.store, "transition", write)  # the next try reaches the database
+        clock.advance(late.lease.duration * 2)
+        assert other.reconcile(exact, intent_key=KEY).status is EffectStatus.PREPARED  # not landed: absent
+        fake.fail_next(FakeFailure.LOST_BEFORE_COMMIT)
+        with pytest.raises(EffectUnknown):
+            other.execute(exact, CHARGE, intent_key=KEY)  # sent again; it times out before acting
+        raise LedgerUnavailable("the database did not answer")
+
+    monkeypatch.setattr(late.store, "transition", down_while_another_sends_it)
+    with pytest.raises(LeaseLost):
+        late.execute(wire, CHARGE, intent_key=KEY)
+    [kept] = other.store.evidence_for("default", KEY)
+    assert (kept.source, kept.kind, kept.detail["attempt"]) == ("late_response", "unknown", 1)
+
+    assert other.reconcile(exact, intent_key=KEY).status is EffectStatus.PREPARED
+    assert wire.land() == "fx_1"  # A's request reaches the provider only now, and acts
+
+    receipt = other.execute(exact, CHARGE, intent_key=KEY)  # the caller's retry
+
+    assert (receipt.record.status, receipt.record.provider_result_id) == (EffectStatus.CONFIRMED, "fx_1")
+    assert [outcome for _, outcome in fake.requests()] == ["lost_before_commit", "ok"]  # B's send, A's landing
+    assert [e.result_id for e in fake.effects()] == ["fx_1"]
 
 
 def refund_reopened_while_on_the_wire(

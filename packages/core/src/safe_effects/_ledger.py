@@ -1000,7 +1000,7 @@ class Ledger:
             try:
                 return self.store.transition(record, to, actor=self.worker_id, **write)
             except StaleRecord:
-                if (mine := self._written_by_me(record, to)) is not None:
+                if (mine := self._written_by_me(record, to, write["now"], write["changes"])) is not None:
                     return mine
                 raise
 
@@ -1015,12 +1015,19 @@ class Ledger:
         self._sleep(policy.initial_wait)
         return retrying(again)
 
-    def _written_by_me(self, record: EffectRecord, to: EffectStatus) -> EffectRecord | None:
-        """The record as this worker's write left it, if that write is the latest; else None."""
+    def _written_by_me(
+        self, record: EffectRecord, to: EffectStatus, now: datetime, changes: Mapping[str, Any]
+    ) -> EffectRecord | None:
+        """The record as this write left it, if that write is the latest; else None. The worker id alone does
+        not tell: ledgers may share one (given before a fork), and another's lease takeover taken for this
+        write would drop this late answer, which must be kept to stop a resend. So the write's time and every
+        column it set must match too; a miss is safe (the answer is kept as a late one)."""
         current = self.store.get(record.tenant, record.intent_key)
         if current is None or current.status is not to or current.version != record.version + 1:
             return None
-        return current if current.updated_by == self.worker_id else None
+        if current.updated_by != self.worker_id or current.updated_at != now:
+            return None
+        return current if all(getattr(current, name) == value for name, value in changes.items()) else None
 
     def _unrecorded(
         self, record: EffectRecord, to: EffectStatus, result_id: str | None, down: Exception
