@@ -652,7 +652,11 @@ def test_exhausted_retries_defer_and_a_later_call_dispatches(env: Env) -> None:
     env.fake.fail_next(*[FakeFailure.RATE_LIMITED] * 4)
     with pytest.raises(EffectDeferred):
         env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
-    assert env.record().status is EffectStatus.PREPARED
+    record = env.record()
+    assert (record.status, record.last_error_class) == (EffectStatus.PREPARED, "FakeRateLimited")
+    # the trail says why it went back (a deferral), not only the last refusal's class, which the record holds
+    [deferral] = env.ledger.store.audit_trail("default", KEY)
+    assert (deferral.to_status, deferral.reason) == (EffectStatus.PREPARED, "retryable refusals exhausted")
     assert env.fake.effects() == []
 
     assert env.ledger.execute(env.adapter, CHARGE, intent_key=KEY).record.status is EffectStatus.CONFIRMED

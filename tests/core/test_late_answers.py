@@ -191,9 +191,10 @@ def reopened(open_ledger: OpenLedger, tmp_path: Path) -> Reopened:
     return env
 
 
-def test_an_intent_reopened_inside_the_key_window_is_not_resent_after_it(reopened: Reopened) -> None:
-    ledger, fake, adapter, clock, key = reopened.ledger, reopened.fake, reopened.adapter, reopened.clock, reopened.key
-    clock.advance(timedelta(hours=28))  # the caller retries the next day: the provider has forgotten the key
+def _retried_after_the_key_window_and_not_resent(
+    ledger: Ledger, fake: GenericFakeProvider, adapter: GenericFakeAdapter, key: str
+) -> None:
+    """The caller's retry once the provider forgot the key: reconciled again, never sent a second time."""
     with pytest.raises(EffectUnknown, match="it was not resent"):
         ledger.execute(adapter, CHARGE, intent_key=key)
 
@@ -205,6 +206,12 @@ def test_an_intent_reopened_inside_the_key_window_is_not_resent_after_it(reopene
     assert any("key window closed" in reason for reason in reasons)
 
 
+def test_an_intent_reopened_inside_the_key_window_is_not_resent_after_it(reopened: Reopened) -> None:
+    ledger, fake, adapter, clock, key = reopened.ledger, reopened.fake, reopened.adapter, reopened.clock, reopened.key
+    clock.advance(timedelta(hours=28))  # the caller retries the next day: the provider has forgotten the key
+    _retried_after_the_key_window_and_not_resent(ledger, fake, adapter, key)
+
+
 def test_an_intent_reopened_inside_the_key_window_is_resent_inside_it(reopened: Reopened) -> None:
     """The counterpart: inside the window the same-key resend is deduped by the provider, one effect."""
     receipt = reopened.ledger.execute(reopened.adapter, CHARGE, intent_key=reopened.key)
@@ -212,6 +219,35 @@ def test_an_intent_reopened_inside_the_key_window_is_resent_inside_it(reopened: 
     assert receipt.record.status is EffectStatus.CONFIRMED
     assert len(reopened.fake.effects()) == 1
     assert len(reopened.fake.requests()) == 2
+
+
+def test_a_reopened_intent_whose_send_a_slower_clock_stamped_is_not_resent_after_the_key_window(
+    open_ledger: OpenLedger, tmp_path: Path
+) -> None:
+    """The app prepares the intent on a host 20 s ahead (clocks may be a minute apart within the skew bound); a
+    worker on time sends it at once, the charge happens and its answer is lost, and a lagging "absent" reopens
+    it. The ``unknown`` row of that send is stamped before the record's creation: it is still this record's, the
+    intent was sent and may have acted, so a retry after the key window reconciles instead of resending.
+    Mutant: rows older than the record's creation all taken for a purged record's (no clock allowance); the
+    retry resends after the provider forgot the key and charges the customer a second time."""
+    clock = FakeClock()
+    fake = GenericFakeProvider(tmp_path / "fake.db", dedupe=True, retention=timedelta(hours=24), clock=clock)
+    adapter = LaggingSearch(fake, generic_contract(dedupe=True, lookup_proves_absence=True))
+    key = "invoice:inv_42:collect:v1"
+    ahead = open_ledger(clock=lambda: clock() + timedelta(seconds=20), retry=NO_WAIT)
+    worker = open_ledger(clock=clock, retry=NO_WAIT)
+    created_at = ahead.prepare(adapter, CHARGE, intent_key=key).created_at
+    fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
+    with pytest.raises(EffectUnknown):
+        worker.execute(adapter, CHARGE, intent_key=key)
+    claim, sent = worker.store.audit_trail("default", key)
+    assert (claim.to_status, sent.to_status) == (EffectStatus.IN_FLIGHT, EffectStatus.UNKNOWN)
+    assert sent.at < created_at  # by the clocks, written before the record was
+    clock.advance(timedelta(hours=2))
+    assert worker.reconcile(adapter, intent_key=key).status is EffectStatus.PREPARED  # a sweep, inside the window
+    clock.advance(timedelta(hours=28))  # the provider has forgotten the key
+
+    _retried_after_the_key_window_and_not_resent(worker, fake, adapter, key)
 
 
 def test_no_retry_starts_after_max_total_seconds(open_ledger: OpenLedger, tmp_path: Path) -> None:

@@ -233,6 +233,53 @@ def test_a_back_off_cut_short_while_the_ledger_is_down_keeps_an_earlier_sends_hi
     assert fake.effects() == []
 
 
+def test_a_replay_claim_committed_unacknowledged_keeps_the_first_sends_key_window(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A charge's answer was lost; 22 h later a same-key replay's claim commits and its acknowledgement is lost
+    (``LedgerUnavailable``, nothing sent). That intent was sent before: it is not taken back as never sent,
+    which would restart the first dispatch time the provider's key window is counted from. Mutant: every
+    failed claim remembered as unsent; the retry sends it as new, the window starts again, and a replay after
+    the provider forgot the key charges the customer a second time."""
+    clock = FakeClock()
+    fake = GenericFakeProvider(tmp_path / "keyed.db", clock=clock)  # keys kept 24 h
+    adapter = GenericFakeAdapter(fake, generic_contract())
+    with Ledger.open(store_url, clock=clock, retry=FAST_RETRY, lease=LEASE) as ledger:
+        fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
+        with pytest.raises(EffectUnknown):
+            ledger.execute(adapter, REQUEST, intent_key=KEY)  # charged (fx_1), the answer lost
+        first = ledger.get(KEY).first_dispatched_at
+        clock.advance(timedelta(hours=22))
+        write, unacknowledged = ledger.store.transition, [S.IN_FLIGHT]
+
+        def claim_committed_answer_lost(record: EffectRecord, to: EffectStatus, **changes: Any) -> EffectRecord:
+            written = write(record, to, **changes)
+            if to in unacknowledged:
+                unacknowledged.clear()
+                raise LedgerUnavailable("connection lost after the commit")
+            return written
+
+        monkeypatch.setattr(ledger.store, "transition", claim_committed_answer_lost)
+        with pytest.raises(LedgerUnavailable):
+            ledger.execute(adapter, REQUEST, intent_key=KEY)  # the replay's claim: committed, nothing sent
+        claimed = ledger.get(KEY)
+        assert (claimed.status, claimed.attempt_count, claimed.first_dispatched_at) == (S.IN_FLIGHT, 2, first)
+        assert len(fake.requests()) == 1
+
+        clock.advance(LEASE.duration + timedelta(seconds=1))
+        fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
+        with pytest.raises(EffectUnknown):
+            ledger.execute(adapter, REQUEST, intent_key=KEY)  # the lease ran out: replayed (deduped), lost again
+        assert ledger.get(KEY).first_dispatched_at == first
+        clock.advance(timedelta(hours=2))  # the provider has forgotten the key; the window from ``first`` closed
+
+        receipt = ledger.execute(adapter, REQUEST, intent_key=KEY)  # no replay: a lookup finds the charge
+
+    assert (receipt.record.status, receipt.record.provider_result_id) == (S.CONFIRMED, "fx_1")
+    assert [outcome for _, outcome in fake.requests()] == ["lost_after_commit", "lost_after_commit"]
+    assert [e.result_id for e in fake.effects()] == ["fx_1"]
+
+
 # -- PostgreSQL: connections, isolation, names, URLs ----------------------------------------------------------
 
 
@@ -719,6 +766,53 @@ def test_a_claim_committed_unacknowledged_is_sent_by_the_next_call_not_stranded(
     assert trail == [S.PREPARED, S.IN_FLIGHT]  # the unsent claim put back, then claimed again and answered
     assert receipt.record.version == 4
     assert receipt.record.dispatched_by == proxied.worker_id
+    assert len(keyless.fake.requests()) == 1
+
+
+def test_a_claim_lost_twice_unacknowledged_is_still_known_as_never_sent_and_sent_once(
+    store_url: str, keyless: HookedAdapter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim of a new intent commits and its acknowledgement is lost; so does the claim of the next call,
+    which took the first back as never sent. Taken back, the intent is as if never claimed (no attempt, no
+    dispatch time), so the second failure is remembered too and the third call sends it, once, as its first
+    attempt. Mutants: taken back with its dispatch time kept, the second claim looks sent before and is left
+    to the lease, then unknown, which for this provider (no keys, lookups that prove nothing) only an operator
+    can settle; with its attempt count kept, one send is recorded as the third attempt (and an adapter's own
+    refusal of it would be taken for a later send's: unknown, not rejected)."""
+    clock = FakeClock()
+    with Ledger.open(store_url, clock=clock, retry=FAST_RETRY, lease=LEASE) as ledger:
+        store = ledger.store
+        insert, transition = store.insert_if_absent, store.transition
+
+        def insert_unacknowledged(record: EffectRecord, **options: Any) -> tuple[EffectRecord, bool]:
+            insert(record, **options)
+            raise LedgerUnavailable("connection lost after the commit")
+
+        def claim_unacknowledged(record: EffectRecord, to: EffectStatus, **changes: Any) -> EffectRecord:
+            written = transition(record, to, **changes)
+            if to is S.IN_FLIGHT:
+                raise LedgerUnavailable("connection lost after the commit")
+            return written
+
+        monkeypatch.setattr(store, "insert_if_absent", insert_unacknowledged)
+        with pytest.raises(LedgerUnavailable):
+            ledger.execute(keyless, REQUEST, intent_key=KEY)
+        monkeypatch.setattr(store, "insert_if_absent", insert)
+        monkeypatch.setattr(store, "transition", claim_unacknowledged)
+        clock.advance(timedelta(seconds=10))
+        with pytest.raises(LedgerUnavailable):
+            ledger.execute(keyless, REQUEST, intent_key=KEY)  # taken back, claimed again: lost again
+        monkeypatch.setattr(store, "transition", transition)
+        assert keyless.fake.requests() == []
+        clock.advance(timedelta(seconds=10))
+
+        receipt = ledger.execute(keyless, REQUEST, intent_key=KEY)  # within the lease: taken back and sent
+
+        trail = [(a.from_status, a.to_status) for a in store.audit_trail("default", KEY)]
+    record = receipt.record
+    assert (record.status, record.attempt_count) == (S.CONFIRMED, 1)
+    assert record.first_dispatched_at == record.dispatched_at == clock()
+    assert trail == [(S.IN_FLIGHT, S.PREPARED), (S.PREPARED, S.IN_FLIGHT)] * 2
     assert len(keyless.fake.requests()) == 1
 
 

@@ -24,7 +24,10 @@ from safe_effects import (
     Ledger,
     LookupResult,
     LookupStatus,
+    Outcome,
+    Verdict,
     purge_settled,
+    request_digest,
 )
 from safe_effects.testing import FakeFailure, GenericFakeAdapter
 
@@ -209,3 +212,57 @@ def test_an_adapters_own_refusal_of_a_later_send_leaves_the_intent_unknown_not_r
     assert (record.status, record.attempt_count, record.last_error_class) == (EffectStatus.UNKNOWN, 2, "InvalidInput")
     assert len(env.fake.requests()) == 1
     assert [e.result_id for e in env.fake.effects()] == ["fx_1"]
+
+
+class _KeyHeldElsewhere(GenericFakeAdapter):
+    """A keyed provider like Stripe: a key that another request holds with other parameters is refused before
+    acting, and that refusal says nothing of the other request, which may have acted (unknown, as Stripe's
+    ``idempotency_error``). Its search finds only requests with this intent's parameters (Stripe's metadata
+    search finds only what the wrapper stamped), so it cannot see the other one."""
+
+    def classify(self, error: BaseException) -> Verdict:
+        verdict = GenericFakeAdapter.classify(self, error)
+        if verdict.error_code == _HELD_ELSEWHERE:
+            return Verdict.of(error, Outcome.UNKNOWN, _HELD_ELSEWHERE)
+        return verdict
+
+    def lookup(self, record: EffectRecord) -> LookupResult:
+        assert record.provider_key is not None
+        ours = request_digest(dict(CHARGE.params))
+        for effect in self.fake.effects(record.provider_key):
+            if effect.digest == ours:
+                return LookupResult(LookupStatus.FOUND, "search", provider_result_id=effect.result_id)
+        return LookupResult(LookupStatus.ABSENT, "search")
+
+
+_HELD_ELSEWHERE = "idempotency_mismatch"
+
+
+def test_a_lookups_absent_never_reopens_an_intent_whose_key_another_request_holds(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Before adoption, the raw SDK charged under the same key with other parameters; the ledger's send is refused
+    as a key held elsewhere (a mismatch code: unknown, never replayed). That other request's key expires on its
+    own clock, before the window counted from the ledger's first send closes. The lookup, which cannot see the
+    other request, says "absent": the intent stays unknown and is not sent. Mutant: ``may_reopen_when_absent``
+    ignoring the mismatch code reopens it inside the window, and once the provider has forgotten the other
+    request's key the retry charges the customer a second time."""
+    env = make_env(store_url, tmp_path, proves_absence=True)
+    keys = env.adapter.contract.idempotency.model_copy(update={"mismatch_codes": frozenset({_HELD_ELSEWHERE})})
+    adapter = _KeyHeldElsewhere(env.fake, env.adapter.contract.model_copy(update={"idempotency": keys}))
+    env.fake.handle(f"default/{KEY}", {"amount": 2500, "currency": "eur"})  # the raw SDK's charge: fx_1
+    env.clock.advance(timedelta(hours=2))
+    with pytest.raises(EffectUnknown):
+        env.ledger.execute(adapter, CHARGE, intent_key=KEY)  # refused: the key holds the other request
+    assert env.record().last_error_code == _HELD_ELSEWHERE
+    env.clock.advance(timedelta(hours=22, minutes=30))  # the other key is forgotten; this window still runs
+
+    assert env.ledger.reconcile(adapter, intent_key=KEY).status is EffectStatus.UNKNOWN
+    with pytest.raises(EffectUnknown, match="was not resent"):
+        env.ledger.execute(adapter, CHARGE, intent_key=KEY)
+
+    assert [outcome for _, outcome in env.fake.requests()] == ["ok", "ok"]  # the raw charge, the refused send
+    assert [e.result_id for e in env.fake.effects()] == ["fx_1"]
+    record = env.record()
+    assert (record.status, record.last_error_code) == (EffectStatus.UNKNOWN, _HELD_ELSEWHERE)
+    assert [a.to_status for a in env.ledger.store.audit_trail("default", KEY)] == ["unknown"]

@@ -241,6 +241,36 @@ def test_a_prepared_intent_never_sent_can_be_withdrawn_as_rejected_and_then_neve
     assert ops.fake.requests() == []
 
 
+class _SearchDown(GenericFakeAdapter):
+    """The provider's search is down (a 503, a revoked key): every lookup is counted and raises."""
+
+    lookups_made: int = 0
+
+    def lookup(self, record: EffectRecord) -> LookupResult:
+        type(self).lookups_made += 1
+        raise ConnectionError("search unavailable")
+
+
+def test_withdrawing_a_prepared_intent_looks_nothing_up_so_a_provider_down_does_not_block_it(ops: Ops) -> None:
+    """A prepared intent was never sent: there is nothing at the provider to contradict its withdrawal, which is
+    how a ``:v2`` held back by ``EarlierVersionInDoubt`` is let through. Mutant: the lookup made for prepared
+    records too refuses the withdrawal while the provider's search is down."""
+    request = EffectRequest(operation="charge", params={"amount": 100})
+    prepared = ops.ledger.prepare(ops.adapter, request, intent_key=KEY)
+    _SearchDown.lookups_made = 0
+
+    decision = Operator(ops.ledger, adapters={"fake": _SearchDown(ops.fake)}).resolve(
+        KEY, to=EffectStatus.REJECTED, operator="alice", reason="superseded by v2", expect_version=prepared.version
+    )
+
+    assert decision.record.status is EffectStatus.REJECTED
+    assert _SearchDown.lookups_made == 0
+    assert ops.fake.requests() == []
+    assert [(a.from_status, a.to_status) for a in ops.ledger.store.audit_trail("default", KEY)] == [
+        ("prepared", "rejected")
+    ]
+
+
 def test_two_person_rule_parks_then_another_operator_applies(ops: Ops) -> None:
     record = ops.unknown(KEY, amount=250_000)
     trail = ops.trail(KEY)

@@ -269,6 +269,7 @@ def test_after_the_key_window_the_metadata_search_finds_it_without_a_second_crea
     assert (record.status, record.provider_result_id) == (EffectStatus.CONFIRMED, found.id)
     assert record.resolution is not None
     assert record.resolution.method == "lookup:search"
+    assert record.response_digest == request_digest(env.fake.payment_intents[0])  # the object the search found
 
 
 def test_after_the_window_a_lagging_search_stays_unknown_and_sends_nothing(env: Env) -> None:
