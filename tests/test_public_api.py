@@ -242,6 +242,7 @@ PUBLIC_API: dict[str, list[str]] = {
     "ses_safe.testing": [
         "MotoFaultProxy",
         "SnsSigner",
+        "eventbridge_event",
         "intent_tags",
         "is_send",
         "moto_sent_messages",

@@ -13,14 +13,17 @@ import boto3
 import pytest
 
 import ses_safe
-from safe_effects import Ledger, RetryPolicy
-from ses_safe.testing import MotoFaultProxy, moto_sent_messages, moto_server, reset_moto
+from safe_effects import EffectUnknown, IntentKey, Ledger, RetryPolicy
+from safe_effects.testing import Fault
+from ses_safe import intent_tag, tenant_tag
+from ses_safe.testing import MotoFaultProxy, intent_tags, moto_sent_messages, moto_server, reset_moto
 
 REGION = "us-east-1"
 SENDER = "sender@example.com"
 CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 FAST_RETRY = RetryPolicy(initial_wait=0.0, max_wait=0.0)
 Factory = Callable[..., Any]
+LoseASend = Callable[[str], tuple[str, dict[str, str]]]
 
 
 @pytest.fixture(scope="session")
@@ -117,6 +120,20 @@ def queue(moto: str, raw_client: Factory) -> tuple[Any, str]:
     """An SQS client and a fresh queue standing in for the SNS->SQS subscription of the event destination."""
     sqs = raw_client("sqs")
     return sqs, sqs.create_queue(QueueName=f"ses-events-{uuid.uuid4().hex[:8]}")["QueueUrl"]
+
+
+@pytest.fixture
+def lose_a_send(sesv2: Any, proxy: MotoFaultProxy, moto: str, v2_email: dict[str, Any]) -> LoseASend:
+    """Send ``key`` once with its response lost (unknown); returns moto's MessageId and the tags that went out."""
+
+    def lose(key: str) -> tuple[str, dict[str, str]]:
+        proxy.inject(Fault.drop_after_commit())
+        with pytest.raises(EffectUnknown):
+            sesv2.send_email(IntentKey=key, **v2_email)
+        [sent] = moto_sent_messages(moto)
+        return sent["id"], intent_tags(intent_tag(IntentKey.parse(key)), tenant_tag("default"))
+
+    return lose
 
 
 @pytest.fixture

@@ -33,17 +33,15 @@ from safe_effects.testing import Fault, RecordingObserver
 from ses_safe import INTENT_TAG, IngestOutcome, ingest_event, intent_tag, tenant_tag
 from ses_safe.testing import MotoFaultProxy, SnsSigner, intent_tags, moto_sent_messages, ses_event, sns_envelope
 
+from .conftest import LoseASend
+
 KEY = "order:o_1:receipt:v1"
 
 
 @pytest.fixture
-def unknown_send(sesv2: Any, proxy: MotoFaultProxy, moto: str, v2_email: dict[str, Any]) -> tuple[str, dict[str, str]]:
-    """An SES send whose response was lost: (moto's MessageId, the tags that went out)."""
-    proxy.inject(Fault.drop_after_commit())
-    with pytest.raises(EffectUnknown):
-        sesv2.send_email(IntentKey=KEY, **v2_email)
-    [sent] = moto_sent_messages(moto)
-    return sent["id"], intent_tags(intent_tag(IntentKey.parse(KEY)), tenant_tag("default"))
+def unknown_send(lose_a_send: LoseASend) -> tuple[str, dict[str, str]]:
+    """An SES send of ``KEY`` whose response was lost: (moto's MessageId, the tags that went out)."""
+    return lose_a_send(KEY)
 
 
 def test_a_send_deferred_under_one_configuration_set_and_sent_under_another_is_settled_by_the_new_sets_events(

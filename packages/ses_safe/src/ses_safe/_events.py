@@ -1,4 +1,5 @@
-"""SES event notifications (SNS envelope, optionally inside an SQS body) turned into ledger evidence.
+"""SES event notifications (an SNS envelope or an EventBridge event, optionally inside an SQS body) turned into
+ledger evidence.
 
 A forged Reject would settle an unknown send as rejected, which invites a resend, a duplicate email. Without
 ``signatures`` a payload is trusted as far as the path it came by: feed it only from a queue whose policy lets
@@ -48,6 +49,21 @@ VERDICTS = {
 SUPPRESSED = frozenset({"Suppressed", "OnAccountSuppressionList", "UnsubscribedRecipient"})
 _SUBTYPE = {"Bounce": ("bounce", "bounceSubType"), "Complaint": ("complaint", "complaintSubType")}
 _MAX_PAYLOAD = 256 * 1024  # SNS and SQS cap a message at 256 KiB; anything larger is not an SES event
+# An EventBridge event destination puts each event on the default bus as ``detail``, named by ``detail-type``.
+# Only AWS may put events whose source starts "aws." (PutEvents refuses it), so "aws.ses" says SES wrote it.
+EVENTBRIDGE_SOURCE = "aws.ses"
+SENDING_DETAIL_TYPES = {
+    "Email Sent": "Send",
+    "Email Delivered": "Delivery",
+    "Email Delivery Delayed": "DeliveryDelay",
+    "Email Bounced": "Bounce",
+    "Email Complaint Received": "Complaint",
+    "Email Rejected": "Reject",
+    "Email Rendering Failed": "Rendering Failure",
+    "Email Opened": "Open",
+    "Email Clicked": "Click",
+    "Email Subscribed": "Subscription",
+}
 
 
 class IngestOutcome(StrEnum):
@@ -85,6 +101,11 @@ class _Malformed(ValueError):
     """Internal: the payload is not a well-formed SES event."""
 
 
+class _NotASend(_Malformed):
+    """Internal: an SES event about the account (an EventBridge rule on ``source: aws.ses`` takes those too, such
+    as "Sending Status Disabled"), not about a send: foreign, not malformed."""
+
+
 def _loads(payload: str | bytes | Mapping[str, Any]) -> Mapping[str, Any]:
     if isinstance(payload, Mapping):
         parsed = payload
@@ -103,7 +124,8 @@ def _loads(payload: str | bytes | Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def unwrap(payload: str | bytes | Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
-    """The SES event and a stable event id, from an SQS message, an SNS envelope or a bare event."""
+    """The SES event and a stable event id, from an SQS message, an SNS envelope, an EventBridge event or a bare
+    event."""
     event, event_id, _ = _opened(payload)
     return event, event_id
 
@@ -126,11 +148,33 @@ def _opened(
         event_id = envelope_id if isinstance(envelope_id, str) and envelope_id else bytes_digest(outer["Message"])
         topic = outer.get("TopicArn")
         return event, event_id, topic if isinstance(topic, str) else None
+    if outer.get("source") == EVENTBRIDGE_SOURCE and "detail-type" in outer:
+        bus_id = outer.get("id")  # EventBridge's own id of the event, the same on every redelivery
+        return _eventbridge_detail(outer), bus_id if isinstance(bus_id, str) and bus_id else _digest(outer), None
+    return outer, _digest(outer), None
+
+
+def _digest(outer: Mapping[str, Any]) -> str:
+    """A stable id for a payload that carries none of its own: the digest of its canonical JSON."""
     try:
         canonical = json.dumps(outer, sort_keys=True, default=str)
     except (TypeError, ValueError, RecursionError) as error:  # a caller's mapping: keys of mixed types, a cycle
         raise _Malformed(f"event is not JSON-shaped: {error}") from error
-    return outer, bytes_digest(canonical), None
+    return bytes_digest(canonical)
+
+
+def _eventbridge_detail(outer: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The SES event an EventBridge event carries as ``detail``, with the ``eventType`` its ``detail-type`` names
+    (some detail objects leave it out); the two disagreeing is malformed (one of them was not written by SES)."""
+    detail, detail_type = outer.get("detail"), outer.get("detail-type")
+    if not isinstance(detail, Mapping) or not isinstance(detail_type, str):
+        raise _Malformed("an EventBridge event from aws.ses without a detail object or a detail-type")
+    named, given = SENDING_DETAIL_TYPES.get(detail_type), _type_of(detail)
+    if named is None:
+        raise _NotASend(f"EventBridge {detail_type[:64]!r} is not an event of a send")
+    if given is not None and given != named:
+        raise _Malformed(f"EventBridge detail-type {detail_type[:64]!r} but eventType {given[:64]!r}")
+    return {**detail, "eventType": named}
 
 
 def checked_topics(expected_topic_arns: Collection[str] | None) -> frozenset[str] | None:
@@ -213,6 +257,11 @@ def ingest_event(
     but for an envelope that is refused (below): :class:`UntrustedTopic`, :class:`SnsSignatureInvalid`, or
     :class:`SnsCertificateUnavailable` when its signature cannot be checked now.
 
+    The event comes as SNS delivers it (an envelope, or the bare event with raw message delivery) or as an
+    EventBridge rule delivers it (``source`` "aws.ses", the event as ``detail``), either one as an SQS body.
+    EventBridge signs nothing and names no topic: such a payload is trusted as far as the queue it came by,
+    like an SNS one without ``signatures``, and is refused when ``signatures`` or ``expected_topic_arns`` is given.
+
     ``signatures``: verify each envelope's SNS signature first (:class:`SnsSignatures`); a payload that is not
     a signed SNS notification records nothing. Required wherever an outsider could post, such as an HTTPS
     endpoint. ``None`` says the payload comes from a trusted queue (an SQS subscription whose policy admits
@@ -235,6 +284,8 @@ def ingest_event(
         message_id = mail.get("messageId")
         if not isinstance(message_id, str) or not message_id.strip():
             raise _Malformed("no mail.messageId")
+    except _NotASend as error:
+        return IngestResult(IngestOutcome.FOREIGN, reason=str(error))
     except _Malformed as error:
         return IngestResult(IngestOutcome.MALFORMED, reason=str(error))
     tags = mail.get("tags")

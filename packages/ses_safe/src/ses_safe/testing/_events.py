@@ -1,4 +1,5 @@
-"""Builders for SES event notifications shaped like the ones SNS delivers, for tests that feed a queue."""
+"""Builders for SES event notifications shaped like the ones SNS or EventBridge delivers, for tests that feed a
+queue."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ses_safe import INTENT_TAG, TENANT_TAG
+from ses_safe._events import SENDING_DETAIL_TYPES
 
 
 def ses_event(
@@ -53,5 +55,28 @@ def sns_envelope(event: Mapping[str, Any], *, topic_arn: str = "arn:aws:sns:us-e
             "Message": json.dumps(event),
             "Timestamp": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
             "SignatureVersion": "1",
+        }
+    )
+
+
+def eventbridge_event(
+    event: Mapping[str, Any], *, account: str = "123456789012", region: str = "us-east-1", with_event_type: bool = True
+) -> str:
+    """The JSON an SQS target of an EventBridge rule receives for an SES event destination: the event as
+    ``detail``, named by ``detail-type``; ``with_event_type=False`` leaves ``eventType`` out of the detail, as
+    some documented examples show it."""
+    detail_type = next(name for name, kind in SENDING_DETAIL_TYPES.items() if kind == event["eventType"])
+    detail = dict(event) if with_event_type else {k: v for k, v in event.items() if k != "eventType"}
+    return json.dumps(
+        {
+            "version": "0",
+            "id": str(uuid.uuid4()),
+            "detail-type": detail_type,
+            "source": "aws.ses",
+            "account": account,
+            "time": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+            "region": region,
+            "resources": [],
+            "detail": detail,
         }
     )
