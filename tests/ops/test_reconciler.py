@@ -605,3 +605,39 @@ def pause_then_stop(monkeypatch: pytest.MonkeyPatch, *, sweeps: int) -> list[flo
 
     monkeypatch.setattr(reconcile_cli, "time", SimpleNamespace(sleep=sleep))
     return pauses
+
+
+def test_cli_reconcile_loop_lists_a_record_again_only_when_its_outcome_changed(
+    ops: Ops, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reconciler left running printed every inconclusive record again each interval: forty stuck intents
+    were forty log lines a minute, burying the row that changed."""
+    found = ops.unknown("invoice:a:collect:v1").intent_key
+    stuck = [ops.unknown(f"invoice:stuck{n}:collect:v1", happened=False).intent_key for n in range(2)]
+    later: list[str] = []
+    pauses = pause_then_stop(monkeypatch, sweeps=3)
+
+    def sleep(seconds: float) -> None:  # after the second sweep, another lost charge turns up
+        if len(pauses) == 1:
+            later.append(ops.unknown("invoice:late:collect:v1").intent_key)
+        stop(seconds)
+
+    stop = reconcile_cli.time.sleep
+    monkeypatch.setattr(reconcile_cli, "time", SimpleNamespace(sleep=sleep))
+    looped = ops.cli("reconcile", "--loop", "--interval", "5", "--adapters", ADAPTERS, env={"COLUMNS": "200"})
+
+    assert looped.exit_code == 0, looped.output
+    assert pauses == [5.0, 5.0, 5.0]
+    first, second, third = looped.stdout.split("reconciled: ")[1:]
+    titles = [sweep.splitlines()[0].rstrip() for sweep in (first, second, third)]
+    assert titles == [
+        "confirmed=1, unknown=2",
+        "unknown=2 (2 as the last sweep left them, not listed again)",
+        "confirmed=1, unknown=2 (2 as the last sweep left them, not listed again)",
+    ]
+    assert all(key in first for key in (found, *stuck))
+    assert second.count("\n") == 1  # one line: nothing changed, no table
+    assert later[0] in third
+    assert not any(key in third for key in (found, *stuck))
+    assert [ops.ledger.get(key).status for key in (found, *later, *stuck)] == ["confirmed"] * 2 + ["unknown"] * 2
+    assert len(ops.fake.effects()) == 2  # the two lost charges that happened: nothing was redispatched

@@ -16,7 +16,7 @@ import typer
 from safe_effects._adapter_registry import load_adapters
 from safe_effects._errors import InvalidInput, MissingDependency
 from safe_effects._metrics import PrometheusObserver, serve
-from safe_effects._reconciler import MAX_CURSOR_PREFIX, Reconciler, ReconcileReport
+from safe_effects._reconciler import MAX_CURSOR_PREFIX, ReconcileItem, Reconciler, ReconcileReport
 
 from ._common import (
     DEBUG_ENV,
@@ -37,17 +37,38 @@ from ._common import (
 _SPELLED_OUT = MAX_CURSOR_PREFIX - len("reconcile:")  # providers' names listed in a default cursor name, at most
 
 
-def _show(report: ReconcileReport, as_json: bool, *, one_line: bool = False) -> None:
+def _show(
+    report: ReconcileReport, as_json: bool, *, one_line: bool = False, listed: tuple[ReconcileItem, ...] | None = None
+) -> None:
+    """The report as JSON, or as a title that counts every item and a table of the ``listed`` ones (all of
+    them unless given)."""
     if as_json:
         print_json({"counts": report.counts(), "items": [asdict(item) for item in report.items]}, one_line=one_line)
         return
-    if not report.items:  # a --loop with nothing in doubt prints one line a sweep, not an empty table
-        emit("reconciled: nothing to do")
+    rows = report.items if listed is None else listed
+    title = "reconciled: " + (", ".join(f"{k}={v}" for k, v in sorted(report.counts().items())) or "nothing to do")
+    if unlisted := len(report.items) - len(rows):
+        title += f" ({unlisted} as the last sweep left {'it' if unlisted == 1 else 'them'}, not listed again)"
+    if not rows:  # a --loop with nothing new prints one line a sweep, not an empty table
+        emit(title)
         return
-    rows = [[i.tenant, i.intent_key, i.provider, i.before, i.outcome, i.method, i.note] for i in report.items]
     columns = ["tenant", "intent key", "provider", "was", "outcome", "method", "note"]
-    counts = ", ".join(f"{k}={v}" for k, v in sorted(report.counts().items())) or "nothing to do"
-    emit(table(f"reconciled: {counts}", columns, rows))
+    cells = [[i.tenant, i.intent_key, i.provider, i.before, i.outcome, i.method, i.note] for i in rows]
+    emit(table(title, columns, cells))
+
+
+class _LoopOutput:
+    """A loop's sweeps as text: a row only for a record whose outcome differs from the last sweep's, the rest
+    counted. A reconciler left running for days would otherwise print every inconclusive record again each
+    interval, and its log would bury the one row that changed."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, str, str], ReconcileItem] = {}
+
+    def show(self, report: ReconcileReport) -> None:
+        last, self._last = self._last, {(i.tenant, i.provider, i.intent_key): i for i in report.items}
+        changed = tuple(i for i in report.items if last.get((i.tenant, i.provider, i.intent_key)) != i)
+        _show(report, as_json=False, listed=changed)
 
 
 def reconcile(
@@ -58,7 +79,9 @@ def reconcile(
     loop: Annotated[
         bool,
         typer.Option(
-            "--loop", help="Sweep every --interval seconds until interrupted; with --json, one line of JSON a sweep."
+            "--loop",
+            help="Sweep every --interval seconds until interrupted; a record is listed again only when its outcome "
+            "changed; with --json, one line of JSON a sweep, every record.",
         ),
     ] = False,
     interval: Annotated[float, typer.Option("--interval", min=0.1)] = 30.0,
@@ -102,8 +125,9 @@ def reconcile(
             if failed := report.counts().get("error", 0):  # a cron job or a script must see it, not only a reader
                 fail(f"error: {failed} record(s) could not be reconciled (see their note); they are left as they were")
             return
+        output = None if as_json else _LoopOutput()  # JSON lines stay whole: a pipeline reads each sweep alone
         while True:
-            _sweep(reconciler, limit, as_json)
+            _sweep(reconciler, limit, output)
             time.sleep(interval)
 
 
@@ -117,7 +141,7 @@ def _default_cursor(adapters: Mapping[str, object]) -> str:
     return f"reconcile:{providers}"
 
 
-def _sweep(reconciler: Reconciler, limit: int, as_json: bool) -> None:
+def _sweep(reconciler: Reconciler, limit: int, output: _LoopOutput | None) -> None:
     """One sweep of the loop: a store that fails it (a restart, a failover) is reported and the next sweep
     tries again, as the reconciler must keep running; a refusal that no retry can heal still ends the loop."""
     try:
@@ -129,4 +153,7 @@ def _sweep(reconciler: Reconciler, limit: int, as_json: bool) -> None:
             traceback.print_exc()
         say(error_line(error))
         return
-    _show(report, as_json, one_line=True)  # a long-running process's output goes to a log: one line a sweep
+    if output is None:
+        _show(report, as_json=True, one_line=True)  # a long-running process's output goes to a log: a line a sweep
+    else:
+        output.show(report)
