@@ -32,6 +32,7 @@ from ._pg_connections import (
     store_connection,
     unavailable,
 )
+from ._pg_pool import interrupt_safe_pool
 from ._pg_pooling import SESSION_POOLING, TRANSACTION_POOLING, checked_pool_mode
 from ._pg_refusals import migration_refused
 from ._records import AuditEntry, EffectRecord, Evidence, EvidenceVerdict
@@ -200,7 +201,8 @@ class PostgresStore:
             import psycopg  # noqa: PLC0415  # optional extra: imported only when a PostgresStore is made
             from psycopg import sql  # noqa: PLC0415  # idem
             from psycopg.rows import dict_row  # noqa: PLC0415  # idem
-            from psycopg_pool import ConnectionPool  # noqa: PLC0415  # idem
+
+            pool_class = interrupt_safe_pool()  # imports psycopg_pool
         except ImportError as error:
             raise MissingDependency("psycopg", "postgres") from error
         self.schema = _checked_schema(schema)
@@ -218,7 +220,7 @@ class PostgresStore:
             json_in=lambda value: value,
         )
         self._new_pool: Callable[[], ConnectionPool[Connection[TupleRow]]] = partial(
-            ConnectionPool,
+            pool_class,
             conninfo,
             min_size=min_size,
             max_size=max_size,
