@@ -136,9 +136,18 @@ def _rows(cursor: sqlite3.Cursor) -> list[dict[str, Any]]:
     return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
-def _alive(owner: weakref.ref[threading.Thread]) -> bool:
-    thread = owner()
-    return thread is not None and thread.is_alive()
+class _ThreadConnection:
+    """A thread's connection, kept in the store's thread-local: once the thread (or a gevent greenlet) has
+    ended, its locals and this with them are gone, which tells the store the connection is free to close.
+
+    The thread's own liveness is not asked: under gevent ``Thread.is_alive()`` may switch greenlets, and a
+    ``Timeout`` landing there marks the main thread stopped on Python 3.11 and 3.12 (CPython's bpo-45274
+    handling), which closed the connection the main greenlet's next call needed (the gevent review)."""
+
+    __slots__ = ("__weakref__", "conn")
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
 
 
 def _raise_typed(error: sqlite3.DatabaseError, path: Path, what: str) -> None:
@@ -237,7 +246,7 @@ class SQLiteStore:
         # every thread's connection, with its thread: close() closes them all, and a thread that has ended
         # gets its connection closed when another opens one (a server with a thread per request would
         # otherwise keep two file descriptors per finished thread, until the process runs out of them)
-        self._connections: list[tuple[weakref.ref[threading.Thread], sqlite3.Connection]] = []
+        self._connections: list[tuple[weakref.ref[_ThreadConnection], sqlite3.Connection]] = []
         self._closed = False
         renew_in_children(self)
 
@@ -254,19 +263,19 @@ class SQLiteStore:
 
     def _conn(self) -> sqlite3.Connection:
         """This thread's connection: sqlite3 connections must not be shared between threads."""
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
+        held: _ThreadConnection | None = getattr(self._local, "held", None)
+        if held is None:
             if self._closed:  # a new connection now would be one that nothing ever closes
                 raise LedgerClosed(f"the SQLite ledger {self.path} is closed")
-            conn = self._connect()
-            self._local.conn = conn
+            held = _ThreadConnection(self._connect())
+            self._local.held = held
             with self._lock:
-                ended = [(owner, old) for owner, old in self._connections if not _alive(owner)]
-                self._connections = [(owner, old) for owner, old in self._connections if _alive(owner)]
-                self._connections.append((weakref.ref(threading.current_thread()), conn))
-            for _, old in ended:  # its thread is gone: nothing can be using it
+                ended = [old for owner, old in self._connections if owner() is None]
+                self._connections = [(owner, old) for owner, old in self._connections if owner() is not None]
+                self._connections.append((weakref.ref(held), held.conn))
+            for old in ended:  # its thread is gone: nothing can be using it
                 old.close()
-        return conn
+        return held.conn
 
     def _connect(self) -> sqlite3.Connection:
         """A new connection in WAL mode with ``synchronous=FULL``; a file that cannot be opened (a missing
