@@ -308,7 +308,13 @@ class InterruptedAfterCommit(GenericFakeAdapter):
         raise self.interrupt("shutting down")
 
 
-@pytest.mark.parametrize("interrupt", [SystemExit, KeyboardInterrupt])
+class Interruption(BaseException):
+    """What gevent's Timeout, a killed greenlet (GreenletExit) and Dramatiq's time limit have in common: not an
+    Exception. Until 2026-12-01 only SystemExit and KeyboardInterrupt were recorded; these left the intent in
+    flight until its lease ran out (the gevent review)."""
+
+
+@pytest.mark.parametrize("interrupt", [SystemExit, KeyboardInterrupt, Interruption])
 def test_a_shutdown_mid_request_records_unknown_so_a_restart_reconciles_at_once(
     env: Env, interrupt: type[BaseException]
 ) -> None:
@@ -329,6 +335,17 @@ def test_a_shutdown_mid_request_records_unknown_so_a_restart_reconciles_at_once(
     assert receipt.record.status is EffectStatus.CONFIRMED
     assert receipt.record.resolution is not None
     assert receipt.record.resolution.method == "key_replay"
+    assert len(env.fake.effects()) == 1
+
+
+def test_a_simulated_crash_mid_request_writes_nothing_more_as_a_kill_would(env: Env) -> None:
+    """A crash point's exception stands for SIGKILL: unlike a real interruption it is not recorded unknown,
+    so a test that raises it sees what a killed worker leaves behind, an intent in flight under its lease."""
+    env.fake.crash_plan = CrashPlan.crash_at(CrashPoint.AFTER_PROVIDER_ACCEPT)
+    with pytest.raises(SimulatedCrash):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    record = env.record()
+    assert (record.status, record.lease_owner) == (EffectStatus.IN_FLIGHT, env.ledger.worker_id)
     assert len(env.fake.effects()) == 1
 
 

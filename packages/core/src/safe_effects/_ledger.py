@@ -31,11 +31,11 @@ from ._adapter import (
 )
 from ._admission import refuse_short_lease, refuse_unsendable, refuse_while_earlier_in_doubt
 from ._approvals import Approval
-from ._clock import Clock, system_clock
+from ._clock import Clock, system_clock, system_sleep
 from ._clock_skew import DEFAULT_MAX_CLOCK_SKEW, ClockSkewGuard
 from ._compensation import check_still_named, claim_compensation, mark_original_compensated
 from ._contract import ProviderContract
-from ._crash import NO_CRASH, CrashPlan, CrashPoint
+from ._crash import NO_CRASH, CrashPlan, CrashPoint, SimulatedCrash
 from ._digest import check_plain_json, request_digest
 from ._errors import (
     EffectDeferred,
@@ -157,7 +157,7 @@ class Ledger:
         tenants: Collection[str] | None = None,
         crash_plan: CrashPlan = NO_CRASH,
         observer: Observer | None = None,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] = system_sleep,
         max_clock_skew: timedelta | Literal["auto"] | None = "auto",
     ) -> None:
         """On a store that lacks migrations this release needs: :class:`MigrationsPending` (``Ledger.open``,
@@ -869,8 +869,12 @@ class Ledger:
                 assert record.lease_token is not None
                 self._unsent.failed(record, record.lease_token, self.clock())
             raise cut.interruption from None
-        except (KeyboardInterrupt, SystemExit) as interrupted:  # a shutdown handler's exit, mid-request
-            # recorded unknown now, so a restarted worker reconciles at once instead of waiting out the lease
+        except BaseException as interrupted:
+            if isinstance(interrupted, Exception | SimulatedCrash):  # SimulatedCrash stands for a kill
+                raise
+            # not an Exception, mid-request: a shutdown's SystemExit or KeyboardInterrupt, gevent's Timeout (a
+            # gevent worker's time limit), a killed greenlet, Dramatiq's time limit. Recorded unknown now, so
+            # a restarted worker or the job's retry reconciles at once instead of waiting out the lease
             kind = type(interrupted).__qualname__
             self._last_write(record, S.UNKNOWN, f"interrupted: {kind}", kind)
             raise

@@ -20,6 +20,7 @@ from itertools import zip_longest
 from typing import Any
 
 from ._adapter import LOOKUP_ERROR, ProviderAdapter
+from ._clock import system_sleep
 from ._errors import InvalidInput, SafeEffectsError, StaleRecord
 from ._ledger import Ledger
 from ._rate import TokenBucket
@@ -104,7 +105,7 @@ class Reconciler:
     adapters: Mapping[str, ProviderAdapter[Any]]
     max_wait: float = 1.0  # sleep up to this for a provider's next token, else defer its records to the next run
     monotonic: Callable[[], float] = time.monotonic
-    sleep: Callable[[float], None] = time.sleep
+    sleep: Callable[[float], None] = system_sleep
     cursor_name: str | None = None  # keep the cursors in the store under this name, for the next run
     _buckets: dict[str, TokenBucket] = field(default_factory=dict, init=False)
     # per provider, the last record the previous sweep looked at (None: start from the oldest)
