@@ -8,6 +8,7 @@ answer in hand is never written.
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from collections.abc import Callable
 from typing import Concatenate, ParamSpec, Protocol, TypeVar
@@ -18,19 +19,28 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 CLOSED = "the ledger is closed: this call was refused before anything was read, written or sent; open a new Ledger"
+PATCHED_SINCE = (
+    "the threading module was patched (gevent's or eventlet's monkey patching) after this ledger was opened: its "
+    "locks and thread-locals, and a PostgreSQL pool's threads, are the unpatched ones, so a call waiting on one "
+    "blocks every greenlet and close() cannot count them; open the ledger after patching (gunicorn: as the worker "
+    "loads the app or in post_worker_init, not in post_fork or with --preload; docs/adopting.md step 10)"
+)
+_log = logging.getLogger("safe_effects")
 
 
 class RunningCalls:
     """Calls in progress, across threads. Once closing, a new call is refused; a call a running one makes on
     its own thread (``compensate`` running ``execute``) goes on, or the running call would break halfway."""
 
-    __slots__ = ("_closing", "_condition", "_depth", "_running")
+    __slots__ = ("_closing", "_condition", "_depth", "_made_with", "_running", "_warned")
 
     def __init__(self, *, closing: bool = False) -> None:
         self._condition = threading.Condition()
         self._running = 0
         self._closing = closing
         self._depth = threading.local()  # this thread's nesting: only its outermost call counts
+        self._made_with = threading.local  # patched since (gevent), none of this ledger's primitives fit
+        self._warned = False
 
     @property
     def closing(self) -> bool:
@@ -41,6 +51,9 @@ class RunningCalls:
         return RunningCalls(closing=self._closing)
 
     def enter(self) -> None:
+        if threading.local is not self._made_with and not self._warned:
+            self._warned = True
+            _log.warning(PATCHED_SINCE)
         depth: int = getattr(self._depth, "n", 0)
         if depth == 0:
             with self._condition:
