@@ -816,6 +816,49 @@ def test_a_claim_lost_twice_unacknowledged_is_still_known_as_never_sent_and_sent
     assert len(keyless.fake.requests()) == 1
 
 
+class Interruption(BaseException):
+    """What gevent's Timeout, a killed greenlet and Dramatiq's time limit have in common: not an Exception."""
+
+
+@pytest.mark.parametrize("write", ["insert", "claim"])
+def test_a_claim_interrupted_as_it_committed_is_sent_by_the_next_call_not_stranded(
+    store_url: str, keyless: HookedAdapter, monkeypatch: pytest.MonkeyPatch, write: str
+) -> None:
+    """A gevent Timeout landing while the claim's write waited for its answer: committed, never sent. Left to its
+    lease it became unknown, which for a provider without keys only an operator could settle (the gevent
+    review). Remembered as unsent, as an unacknowledged claim is, it is sent by the next call, once."""
+    with Ledger.open(store_url, retry=FAST_RETRY, lease=LEASE) as ledger:
+        store = ledger.store
+        if write == "claim":  # a prepared intent's claim, rather than a new intent's insert
+            ledger.prepare(keyless, REQUEST, intent_key=KEY)
+        insert, transition = store.insert_if_absent, store.transition
+
+        def insert_interrupted(record: EffectRecord, **options: Any) -> tuple[EffectRecord, bool]:
+            insert(record, **options)
+            raise Interruption
+
+        def claim_interrupted(record: EffectRecord, to: EffectStatus, **changes: Any) -> EffectRecord:
+            written = transition(record, to, **changes)
+            if to is S.IN_FLIGHT:
+                raise Interruption
+            return written
+
+        if write == "insert":
+            monkeypatch.setattr(store, "insert_if_absent", insert_interrupted)
+        else:
+            monkeypatch.setattr(store, "transition", claim_interrupted)
+        with pytest.raises(Interruption):
+            ledger.execute(keyless, REQUEST, intent_key=KEY)
+        monkeypatch.setattr(store, "insert_if_absent", insert)
+        monkeypatch.setattr(store, "transition", transition)
+        assert (ledger.get(KEY).status, keyless.fake.requests()) == (S.IN_FLIGHT, [])
+
+        receipt = ledger.execute(keyless, REQUEST, intent_key=KEY)  # at once: no EffectInProgress, no unknown
+
+    assert (receipt.record.status, receipt.record.attempt_count) == (S.CONFIRMED, 1)
+    assert len(keyless.fake.requests()) == 1
+
+
 class PausingStore(SQLiteStore):
     """A SQLite store that can hold a caller just after its claim committed, before the executor moves on."""
 

@@ -143,6 +143,14 @@ class LedgerOptions(TypedDict, total=False):
     max_clock_skew: timedelta | Literal["auto"] | None
 
 
+def _cut_short(error: BaseException) -> bool:
+    """Whether ``error`` interrupted a call in a process that lives on: not an Exception, and not a
+    SimulatedCrash (which stands for a kill). A shutdown's SystemExit or KeyboardInterrupt, gevent's Timeout
+    (a gevent worker's time limit), a killed greenlet, Dramatiq's time limit: what the call was doing is
+    written down before it goes on, as far as one write can."""
+    return not isinstance(error, Exception | SimulatedCrash)
+
+
 class Ledger:
     """Runs effects through a :class:`Store` so each intent reaches the provider at most once, knowingly."""
 
@@ -282,8 +290,9 @@ class Ledger:
             refuse_while_earlier_in_doubt(self.store, fresh)
         try:
             record, created = self.store.insert_if_absent(fresh)
-        except LedgerUnavailable:
-            self._unsent.failed(fresh, tag, fresh.created_at)
+        except BaseException as failed:
+            if isinstance(failed, LedgerUnavailable) or _cut_short(failed):  # may have committed, never sent
+                self._unsent.failed(fresh, tag, fresh.created_at)
             raise
         if fresh.compensates is not None:
             try:
@@ -732,8 +741,9 @@ class Ledger:
         replaced = None if request.summary == record.summary else {"summary_before": dict(record.summary)}
         try:
             return self._move(record, S.IN_FLIGHT, f"{reason} #{tag}", changes, now=now, detail=replaced)
-        except LedgerUnavailable:
-            if record.first_dispatched_at is None:  # never sent: a later call may take this claim over
+        except BaseException as failed:
+            never_sent = record.first_dispatched_at is None  # a later call may take this claim over
+            if never_sent and (isinstance(failed, LedgerUnavailable) or _cut_short(failed)):
                 self._unsent.failed(record.model_copy(update={"version": record.version + 1}), tag, now)
             raise
 
@@ -870,11 +880,10 @@ class Ledger:
                 self._unsent.failed(record, record.lease_token, self.clock())
             raise cut.interruption from None
         except BaseException as interrupted:
-            if isinstance(interrupted, Exception | SimulatedCrash):  # SimulatedCrash stands for a kill
+            if not _cut_short(interrupted):
                 raise
-            # not an Exception, mid-request: a shutdown's SystemExit or KeyboardInterrupt, gevent's Timeout (a
-            # gevent worker's time limit), a killed greenlet, Dramatiq's time limit. Recorded unknown now, so
-            # a restarted worker or the job's retry reconciles at once instead of waiting out the lease
+            # recorded unknown now, so a restarted worker or the job's retry reconciles at once instead of
+            # waiting out the lease
             kind = type(interrupted).__qualname__
             self._last_write(record, S.UNKNOWN, f"interrupted: {kind}", kind)
             raise
