@@ -10,9 +10,11 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
+from ._clock import system_sleep
 from ._errors import LedgerClosed
 
 P = ParamSpec("P")
@@ -26,19 +28,26 @@ PATCHED_SINCE = (
     "loads the app or in post_worker_init, not in post_fork or with --preload; docs/adopting.md step 10)"
 )
 _log = logging.getLogger("safe_effects")
+_POLL = 0.01  # seconds between two looks at the running calls while close() waits for them
 
 
 class RunningCalls:
     """Calls in progress, across threads. Once closing, a new call is refused; a call a running one makes on
-    its own thread (``compensate`` running ``execute``) goes on, or the running call would break halfway."""
+    its own thread (``compensate`` running ``execute``) goes on, or the running call would break halfway.
 
-    __slots__ = ("_closing", "_condition", "_depth", "_made_with", "_running", "_warned")
+    Each thread's (or greenlet's) nesting is kept under one plain lock, whose acquire and release are C code:
+    an exception raised into a thread asynchronously (Dramatiq's time limit, a signal handler) cannot leave it
+    held, as it could a ``threading.Condition``, whose ``__enter__`` and ``__exit__`` are Python (every other
+    call of the ledger then waited for good: the interruption review). ``close()`` polls instead of waiting on
+    a condition, with a sleep looked up at each call, so it also waits cooperatively under gevent.
+    """
+
+    __slots__ = ("_closing", "_depths", "_lock", "_made_with", "_warned")
 
     def __init__(self, *, closing: bool = False) -> None:
-        self._condition = threading.Condition()
-        self._running = 0
+        self._lock = threading.Lock()
+        self._depths: dict[int, int] = {}  # a running thread's (or greenlet's) id -> its nesting
         self._closing = closing
-        self._depth = threading.local()  # this thread's nesting: only its outermost call counts
         self._made_with = threading.local  # patched since (gevent), none of this ledger's primitives fit
         self._warned = False
 
@@ -54,31 +63,36 @@ class RunningCalls:
         if threading.local is not self._made_with and not self._warned:
             self._warned = True
             _log.warning(PATCHED_SINCE)
-        depth: int = getattr(self._depth, "n", 0)
-        if depth == 0:
-            with self._condition:
-                if self._closing:
-                    raise LedgerClosed(CLOSED)
-                self._running += 1
-        self._depth.n = depth + 1
+        me = threading.get_ident()
+        with self._lock:
+            depth = self._depths.get(me, 0)
+            if depth == 0 and self._closing:
+                raise LedgerClosed(CLOSED)
+            self._depths[me] = depth + 1
 
     def leave(self) -> None:
-        depth: int = self._depth.n - 1
-        self._depth.n = depth
-        if depth == 0:
-            with self._condition:
-                self._running -= 1
-                if self._running == 0:
-                    self._condition.notify_all()
+        """Undo this thread's :meth:`enter`; nothing for a thread that is not counted (its enter was refused,
+        or cut short before it counted)."""
+        me = threading.get_ident()
+        with self._lock:
+            depth = self._depths.pop(me, 0) - 1
+            if depth > 0:
+                self._depths[me] = depth
 
     def close(self, wait: float) -> int:
         """Refuse new calls, then wait up to ``wait`` seconds for the running ones (but this thread's own, when
-        a call closes its own ledger); how many other calls still run."""
-        own = 1 if getattr(self._depth, "n", 0) else 0
-        with self._condition:
+        a call closes its own ledger); how many other threads are still in a call."""
+        me = threading.get_ident()
+        deadline = time.monotonic() + max(0.0, wait)
+        with self._lock:
             self._closing = True
-            self._condition.wait_for(lambda: self._running <= own, timeout=max(0.0, wait))
-            return self._running - own
+        while True:
+            with self._lock:
+                others = len(self._depths) - (me in self._depths)
+            left = deadline - time.monotonic()
+            if others == 0 or left <= 0:
+                return others
+            system_sleep(min(_POLL, left))
 
 
 class _HasRunningCalls(Protocol):
@@ -93,8 +107,8 @@ def counted(method: Callable[Concatenate[H, P], T]) -> Callable[Concatenate[H, P
 
     @functools.wraps(method)
     def running(self: H, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        self._calls.enter()
-        try:
+        try:  # enter inside: an interruption just after it counted still leaves
+            self._calls.enter()
             return method(self, *args, **kwargs)
         finally:
             self._calls.leave()
