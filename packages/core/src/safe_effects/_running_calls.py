@@ -23,9 +23,9 @@ T = TypeVar("T")
 CLOSED = "the ledger is closed: this call was refused before anything was read, written or sent; open a new Ledger"
 PATCHED_SINCE = (
     "the threading module was patched (gevent's or eventlet's monkey patching) after this ledger was opened: its "
-    "locks and thread-locals, and a PostgreSQL pool's threads, are the unpatched ones, so a call waiting on one "
-    "blocks every greenlet and close() cannot count them; open the ledger after patching (gunicorn: as the worker "
-    "loads the app or in post_worker_init, not in post_fork or with --preload; docs/adopting.md step 10)"
+    "thread-locals and a PostgreSQL pool's threads and locks are the unpatched ones, so a call waiting on one "
+    "blocks every greenlet; open the ledger after patching (gunicorn: as the worker loads the app or in "
+    "post_worker_init, not in post_fork or with --preload; docs/adopting.md step 10)"
 )
 _log = logging.getLogger("safe_effects")
 _POLL = 0.01  # seconds between two looks at the running calls while close() waits for them

@@ -243,9 +243,10 @@ class SQLiteStore:
         self._busy_timeout = busy_timeout
         self._local = threading.local()
         self._lock = threading.Lock()
-        # every thread's connection, with its thread: close() closes them all, and a thread that has ended
-        # gets its connection closed when another opens one (a server with a thread per request would
-        # otherwise keep two file descriptors per finished thread, until the process runs out of them)
+        # every thread's connection, with a weak reference to its holder in that thread's locals: close() closes
+        # them all, and a thread that has ended gets its connection closed when another opens one (a server with
+        # a thread per request would otherwise keep two file descriptors per finished thread, until the process
+        # runs out of them)
         self._connections: list[tuple[weakref.ref[_ThreadConnection], sqlite3.Connection]] = []
         self._closed = False
         renew_in_children(self)
