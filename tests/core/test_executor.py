@@ -45,7 +45,7 @@ from safe_effects import (
 from safe_effects._compensation import mark_original_compensated
 from safe_effects.testing import FakeClock, FakeFailure, GenericFakeAdapter, GenericFakeProvider, generic_contract
 
-from ._time_limits import JobTimeLimit, time_limit
+from ._time_limits import Interruption, JobTimeLimit, time_limit
 
 KEY = "invoice:inv_42:collect:v1"
 CHARGE = EffectRequest(operation="charge", params={"amount": 2000, "currency": "eur"})
@@ -308,17 +308,12 @@ class InterruptedAfterCommit(GenericFakeAdapter):
         raise self.interrupt("shutting down")
 
 
-class Interruption(BaseException):
-    """What gevent's Timeout, a killed greenlet (GreenletExit) and Dramatiq's time limit have in common: not an
-    Exception. Until 2026-12-01 only SystemExit and KeyboardInterrupt were recorded; these left the intent in
-    flight until its lease ran out (the gevent review)."""
-
-
 @pytest.mark.parametrize("interrupt", [SystemExit, KeyboardInterrupt, Interruption])
 def test_a_shutdown_mid_request_records_unknown_so_a_restart_reconciles_at_once(
     env: Env, interrupt: type[BaseException]
 ) -> None:
-    """Left in flight, the intent would answer EffectInProgress to a restarted worker until the lease ran out."""
+    """Left in flight, the intent would answer EffectInProgress to a restarted worker until the lease ran out.
+    Until 2026-12-01 only SystemExit and KeyboardInterrupt were recorded, not an Interruption (the gevent review)."""
     stopping = InterruptedAfterCommit(env.fake, env.adapter.contract, interrupt=interrupt)
     with pytest.raises(interrupt):
         env.ledger.execute(stopping, CHARGE, intent_key=KEY)

@@ -24,12 +24,10 @@ from typing import Any
 from safe_effects import EffectRequest, Ledger
 from safe_effects.testing import GenericFakeAdapter, GenericFakeProvider
 
+from ._time_limits import Interruption
+
 REQUEST = EffectRequest(operation="charge", params={"amount": 500})
 _BOOKKEEPING = "_running_calls.py"
-
-
-class TimeLimitExceeded(BaseException):
-    """As Dramatiq's: raised into the worker's thread, not an Exception."""
 
 
 def _in_bookkeeping(frame: FrameType) -> bool:
@@ -48,7 +46,7 @@ def _after_calls(code: CodeType) -> frozenset[int]:
 
 
 def _interrupted_at(nth: int, call: Callable[[], Any]) -> bool:
-    """Run ``call`` with TimeLimitExceeded raised at its ``nth`` interruptible point in the bookkeeping; whether
+    """Run ``call`` with Interruption raised at its ``nth`` interruptible point in the bookkeeping; whether
     it was."""
     seen = 0
 
@@ -57,7 +55,7 @@ def _interrupted_at(nth: int, call: Callable[[], Any]) -> bool:
         seen += 1
         if seen == nth:
             sys.settrace(None)
-            raise TimeLimitExceeded(f"{frame.f_code.co_filename}:{frame.f_lineno}")
+            raise Interruption(f"{frame.f_code.co_filename}:{frame.f_lineno}")
 
     def per_instruction(frame: FrameType, event: str, arg: object) -> Any:
         if event == "opcode" and frame.f_lasti in _after_calls(frame.f_code):
@@ -74,7 +72,7 @@ def _interrupted_at(nth: int, call: Callable[[], Any]) -> bool:
     sys.settrace(per_call)
     try:
         call()
-    except TimeLimitExceeded:
+    except Interruption:
         return True
     finally:
         sys.settrace(None)

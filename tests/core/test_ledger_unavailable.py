@@ -47,7 +47,7 @@ from safe_effects import (
 )
 from safe_effects.testing import FakeClock, FakeFailure, GenericFakeAdapter, GenericFakeProvider, generic_contract
 
-from ._time_limits import JobTimeLimit, time_limit
+from ._time_limits import Interruption, JobTimeLimit, time_limit
 
 if TYPE_CHECKING:
     pass
@@ -814,10 +814,6 @@ def test_a_claim_lost_twice_unacknowledged_is_still_known_as_never_sent_and_sent
     assert record.first_dispatched_at == record.dispatched_at == clock()
     assert trail == [(S.IN_FLIGHT, S.PREPARED), (S.PREPARED, S.IN_FLIGHT)] * 2
     assert len(keyless.fake.requests()) == 1
-
-
-class Interruption(BaseException):
-    """What gevent's Timeout, a killed greenlet and Dramatiq's time limit have in common: not an Exception."""
 
 
 @pytest.mark.parametrize("write", ["insert", "claim"])

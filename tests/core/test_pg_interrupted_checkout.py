@@ -9,7 +9,6 @@ Here the interruption is a signal handler's, in the main thread, so no gevent is
 
 from __future__ import annotations
 
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,11 +18,9 @@ import pytest
 from safe_effects import EffectRequest, EffectStatus, Ledger, PostgresStore
 from safe_effects.testing import GenericFakeAdapter, GenericFakeProvider
 
+from ._time_limits import Interruption, interrupt, time_limit
+
 pytestmark = pytest.mark.postgres
-
-
-class Interrupted(BaseException):
-    """What gevent.Timeout, GreenletExit and Dramatiq's TimeLimitExceeded have in common: not an Exception."""
 
 
 @pytest.fixture
@@ -32,22 +29,6 @@ def one_connection(pg_url: str, pg_schema: str) -> Iterator[PostgresStore]:
     store.migrate()
     yield store
     store.close()
-
-
-def _interrupt_in(seconds: float) -> None:
-    def interrupt(signum: int, frame: object) -> None:
-        raise Interrupted
-
-    signal.signal(signal.SIGALRM, interrupt)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-
-
-@pytest.fixture(autouse=True)
-def _alarm_restored() -> Iterator[None]:
-    before = signal.getsignal(signal.SIGALRM)
-    yield
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    signal.signal(signal.SIGALRM, before)
 
 
 @pytest.mark.parametrize("times", [1, 3])
@@ -60,9 +41,8 @@ def test_a_wait_for_a_connection_cut_short_loses_no_connection(
     for _ in range(times):
         held = store._checkout()  # another call holds the only connection
         held.__enter__()
-        _interrupt_in(0.2)
         began = time.monotonic()
-        with pytest.raises(Interrupted):
+        with pytest.raises(Interruption), time_limit(0.2, first=interrupt):
             ledger.get("invoice:inv_1:collect:v1")  # waits for the connection, and is cut short
         assert time.monotonic() - began < 2.0  # by the signal, not by the pool's timeout
         assert store._pool.get_stats().get("requests_waiting", 0) == 0  # out of the queue at once
