@@ -55,3 +55,13 @@ def test_the_remembered_conversion_is_never_given_for_another_timestamp() -> Non
     assert row["updated_at"] == (NOW + timedelta(seconds=1)).isoformat()
     assert row["created_at"] == NOW.isoformat()  # converted to UTC, not taken for the other object
     assert row["dispatched_at"] == NOW.isoformat()
+
+
+def test_an_encoder_of_any_field_list_binds_plain_values_in_its_order() -> None:
+    record = _claimed(NOW)
+    codec = _counting_codec([])
+    assert row_encoder(EffectRecord, codec, ("status",)).values(record) == ["in_flight"]
+    row = row_encoder(EffectRecord, codec, ("intent_key", "status", "workflow_id", "tenant")).values(record)
+    assert row == ["invoice:inv_1:collect:v1", "in_flight", None, "default"]
+    # exact str, not the IntentKey or StrEnum subclasses: drivers bind those only through slower paths
+    assert [type(value) for value in row] == [str, str, type(None), str]

@@ -82,11 +82,34 @@ def _json_problem(value: Any) -> tuple[str, str] | None:
     return None if found is None else (_dotted(found[0]), found[1])
 
 
+def _keys_are_text(value: Any) -> bool:
+    """Whether every object key inside ``value`` is a str: json writes the keys ``1`` and ``"1"`` alike."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str) or (isinstance(item, _CONTAINERS) and not _keys_are_text(item)):
+                return False
+        return True
+    if isinstance(value, list | tuple):
+        return all(_keys_are_text(item) for item in value if isinstance(item, _CONTAINERS))
+    return True
+
+
+_CONTAINERS = (dict, list, tuple)
+
+
 def canonical_json(params: Any) -> bytes:
-    """The exact bytes the digest is computed over; raises :class:`UndigestibleRequest` naming the path."""
-    if (found := _json_problem(params)) is not None:
-        raise UndigestibleRequest(*found)
-    return _CANONICAL.encode(params).encode()
+    """The exact bytes the digest is computed over; raises :class:`UndigestibleRequest` naming the path.
+
+    The encoder refuses what is not JSON by itself (NaN, a Decimal, a lone surrogate as it is encoded to
+    UTF-8) except keys that are not str, checked after it; only a refusal walks the request to name the path.
+    """
+    try:
+        data = _CANONICAL.encode(params).encode()
+        if _keys_are_text(params):
+            return data
+    except (TypeError, ValueError, RecursionError):  # a UnicodeEncodeError is a ValueError
+        pass
+    raise UndigestibleRequest(*(_json_problem(params) or ("", "cannot be written as canonical JSON")))
 
 
 def check_plain_json(value: Any, what: str) -> None:

@@ -6,8 +6,8 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
-from functools import lru_cache
-from operator import attrgetter
+from functools import lru_cache, partial
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Any, TypeVar, get_args
 
 from pydantic import BaseModel, ValidationError
@@ -108,13 +108,14 @@ def _converter(model: type[BaseModel], field: str, codec: Codec) -> Callable[[An
     if field == "tenant":
         return check_tenant
     if field in TIME_FIELDS:
-        time_out = _time_out(codec)
-        return lambda value: time_out(value, field)
+        return partial(_time_out(codec), name=field)
     if field in JSON_FIELDS:
         return codec.json_out
     annotation = model.model_fields[field].annotation
     if _holds(annotation, Enum):
-        return attrgetter("value")  # psycopg would dump an Enum by its name
+        # psycopg would dump an Enum by its name; ``_value_`` is the member's plain value, read without the
+        # Python-level descriptor behind ``.value``
+        return attrgetter("_value_")
     if _holds(annotation, IntentKey):
         return str  # a plain str takes psycopg's C dumper; a subclass is looked up in Python on every bind
     return None  # str, int, bool: both drivers bind them natively
@@ -123,23 +124,28 @@ def _converter(model: type[BaseModel], field: str, codec: Codec) -> Callable[[An
 class RowEncoder:
     """Bind values for a fixed list of one model's fields, in that order: built once, run on every write.
 
-    The per-field decisions (tenant check, timestamp and JSON encoding, enums by value) are made here once,
-    so encoding a record is one pass over its ``__dict__`` with no type tests left.
+    The per-field decisions (tenant check, timestamp and JSON encoding, enums by value) are made here once:
+    encoding a record reads its fields in one C call and converts only those that need it.
     """
 
-    __slots__ = ("_steps", "columns", "fields")
+    __slots__ = ("_converted", "_read", "columns", "fields")
 
     def __init__(self, model: type[BaseModel], codec: Codec, fields: Collection[str] | None = None) -> None:
         self.fields: tuple[str, ...] = tuple(model.model_fields if fields is None else fields)
         self.columns: tuple[str, ...] = tuple("tenant_id" if f == "tenant" else f for f in self.fields)
-        self._steps = tuple((field, _converter(model, field, codec)) for field in self.fields)
+        steps = ((index, _converter(model, field, codec)) for index, field in enumerate(self.fields))
+        self._converted = tuple((index, convert) for index, convert in steps if convert is not None)
+        read = itemgetter(*self.fields)
+        self._read: Callable[[dict[str, Any]], tuple[Any, ...]] = (
+            read if len(self.fields) > 1 else lambda data: (read(data),)  # one field: itemgetter gives no tuple
+        )
 
     def values(self, model: BaseModel) -> list[Any]:
-        data = model.__dict__
-        return [
-            value if (value := data[field]) is None or convert is None else convert(value)
-            for field, convert in self._steps
-        ]
+        row = list(self._read(model.__dict__))
+        for index, convert in self._converted:
+            if (value := row[index]) is not None:
+                row[index] = convert(value)
+        return row
 
 
 @lru_cache(maxsize=256)
