@@ -521,7 +521,7 @@ class PostgresStore:
         )
         query, encoder = self._update(fields, audited=audit is not None)
         params = encoder.values(new)
-        params += (record.tenant, record.intent_key, record.status.value, record.version)
+        params += (record.tenant, str(record.intent_key), record.status.value, record.version)  # plain str: see _rows
         if audit is not None:
             params += self._audit_row.values(audit)
         with self._checkout() as conn:
