@@ -151,6 +151,12 @@ def _cut_short(error: BaseException) -> bool:
     return not isinstance(error, Exception | SimulatedCrash)
 
 
+def _maybe_written(error: BaseException) -> bool:
+    """Whether a claim's write that failed with ``error`` may have committed all the same, in a process that
+    goes on: the database did not acknowledge it, or the call was cut short while waiting for it."""
+    return isinstance(error, LedgerUnavailable) or _cut_short(error)
+
+
 class Ledger:
     """Runs effects through a :class:`Store` so each intent reaches the provider at most once, knowingly."""
 
@@ -291,7 +297,7 @@ class Ledger:
         try:
             record, created = self.store.insert_if_absent(fresh)
         except BaseException as failed:
-            if isinstance(failed, LedgerUnavailable) or _cut_short(failed):  # may have committed, never sent
+            if _maybe_written(failed):  # never sent
                 self._unsent.failed(fresh, tag, fresh.created_at)
             raise
         if fresh.compensates is not None:
@@ -743,7 +749,7 @@ class Ledger:
             return self._move(record, S.IN_FLIGHT, f"{reason} #{tag}", changes, now=now, detail=replaced)
         except BaseException as failed:
             never_sent = record.first_dispatched_at is None  # a later call may take this claim over
-            if never_sent and (isinstance(failed, LedgerUnavailable) or _cut_short(failed)):
+            if never_sent and _maybe_written(failed):
                 self._unsent.failed(record.model_copy(update={"version": record.version + 1}), tag, now)
             raise
 
