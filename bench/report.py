@@ -333,7 +333,7 @@ def floor_spread(provider_rows: list[tuple[str, Row]]) -> str:
 
 WHERE_THE_TIME_GOES = """\
 The `cpu_split.py` table above is measured in this run; the rest comes from diagnostic scripts run on the
-2-core VMs of 2026-11-29 and 2026-11-30 (the date says which) and is not part of the page's run.
+2-core VMs of 2026-11-29 to 2026-12-01 (the date says which) and is not part of the page's run.
 
 - **One run is one sample.** Five runs of `ledger_overhead.py` on 2026-11-30 00:47-00:53 UTC on this 2-core VM,
   after schema v4 (below), gave executor/raw ratios of 1.40-1.51 (SQLite, 1 worker), 1.44-1.58 (SQLite, 8),
@@ -394,6 +394,19 @@ The `cpu_split.py` table above is measured in this run; the rest comes from diag
   (`model_copy`) gained nothing one run could see; a constant digest about 20 us, inside the noise. What costs
   is the executor's many small steps, each at 2-3 x its warm cost next to the database's work: reaching 1.5 on
   PostgreSQL at 8 workers (CPU-bound) needs a shorter path for a fresh intent, not a faster piece.
+- **Counted in instructions (2026-12-01, `bench/instructions.py`).** Wall time on a shared VM drifts by a
+  third within minutes (the same executor loop read 298-456 us per effect in one run on that day's VM, whose
+  Python yardstick was 98 ms); callgrind's instruction counts repeat to 0.1%, so a hot-path change is judged
+  by them first. Per effect, this process only, on a RAM-backed SQLite file: raw pair 187k, executor 630k
+  before that day's changes and 600k after (PostgreSQL, client side: raw 280k, executor 700k). Counted
+  alone, 1,000 times each: building the new record 126k (its digest 46k, a third of it json's encoder, the
+  rest pydantic's validation of 29 fields and the key and tenant checks), the transition plan 76k (of it
+  pydantic's validation 50k), a whole record's row 55k. The one piece that bought nothing: CPython 3.11's
+  sqlite3 binds a None through its adapter protocol, whose failed lookup formats an AttributeError, about
+  2,000 instructions each, 14 per effect; the SQLite store now writes NULLs into its statements. Left as
+  they are: pydantic's validation (skipping it, with `model_copy`, would save about 30k per record built and
+  would let an adapter's wrongly typed answer reach the row) and json's encoder (a faster one is another
+  dependency).
 - **Python next to fsync runs slower.** The same executor code costs about 70-80 us of CPU per effect over
   the raw pair on a RAM-backed SQLite file and 145-170 us next to real fsyncs (`cpu_split.py`, `sqlite` vs
   `sqlite-ram`, 2026-11-30). Pinning the process to one core changes nothing, so it is not a migration between cores;
@@ -468,6 +481,7 @@ by `bench/report.py`; edit that script, not this page.
 .venv/bin/python bench/ses_overhead.py
 .venv/bin/python bench/memory_overhead.py
 .venv/bin/python bench/cpu_split.py
+.venv/bin/python bench/instructions.py     # not run by report.py: instructions per effect, under valgrind
 ```
 
 Each timing script runs in under a minute (a time bound cuts the rounds short on a slow machine; `n` says how

@@ -18,6 +18,8 @@ from types import ModuleType
 
 import pytest
 
+from safe_effects import EffectStatus, SQLiteStore
+
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
@@ -143,3 +145,21 @@ def test_purge_batches_prints_a_line_per_batch_size(pg: str) -> None:
     out = run("purge_batches.py", pg, "--records", "3000", "--batches", "2", "--sizes", "100", "20")
     lines = re.findall(r"^batch +(\d+): delete median [\d.]+ ms, longest [\d.]+ ms$", out, re.MULTILINE)
     assert lines == ["100", "20"], out
+
+
+def test_the_instruction_count_runs_what_it_counts(tmp_path: Path) -> None:
+    """bench/instructions.py's child runs the counted effects (callgrind around it takes minutes, so the
+    suite runs the body alone): the raw pair's rows and the executor's confirmed records, as many as asked."""
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
+    store = SQLiteStore(tmp_path / "ledger.sqlite3")
+    store.migrate()
+    store.close()
+    for mode in ("raw", "executor"):
+        child = [sys.executable, str(BENCH / "instructions.py"), "--child", mode, "--url", url, "--calls", "3"]
+        subprocess.run(child, cwd=BENCH.parent, check=True, timeout=60)
+    store = SQLiteStore(tmp_path / "ledger.sqlite3")
+    try:
+        confirmed = store.list_by_status([EffectStatus.CONFIRMED], limit=10)
+    finally:
+        store.close()
+    assert sorted(record.tenant for record in confirmed) == ["bench-raw"] * 3 + ["default"] * 3
