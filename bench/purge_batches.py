@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from safe_effects import EffectRecord, EffectStatus, IntentKey, SQLiteStore
-from safe_effects._sqlite import _RECORD_ROW, _insert
+from safe_effects._sqlite import _RECORD_ROW, _insert_statement
 from safe_effects._states import TERMINAL
 
 YEAR = timedelta(days=365)
@@ -49,7 +49,7 @@ def filled(path: Path, records: int, now: datetime) -> SQLiteStore:
         rows.append(_RECORD_ROW.values(record))
     conn = store._conn()
     conn.execute("BEGIN")
-    conn.executemany(_insert((False,) * len(_RECORD_ROW.columns)), rows)  # every column bound, NULLs too
+    conn.executemany(_insert_statement((False,) * len(_RECORD_ROW.columns)), rows)  # every column bound, NULLs too
     conn.execute("COMMIT")
     conn.execute("ANALYZE")
     return store

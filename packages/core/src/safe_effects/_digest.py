@@ -82,6 +82,9 @@ def _json_problem(value: Any) -> tuple[str, str] | None:
     return None if found is None else (_dotted(found[0]), found[1])
 
 
+_CONTAINERS = (dict, list, tuple)
+
+
 def _keys_are_text(value: Any) -> bool:
     """Whether every object key inside ``value`` is a str: json writes the keys ``1`` and ``"1"`` alike."""
     if isinstance(value, dict):
@@ -92,9 +95,6 @@ def _keys_are_text(value: Any) -> bool:
     if isinstance(value, list | tuple):
         return all(_keys_are_text(item) for item in value if isinstance(item, _CONTAINERS))
     return True
-
-
-_CONTAINERS = (dict, list, tuple)
 
 
 def canonical_json(params: Any) -> bytes:

@@ -82,6 +82,9 @@ _RECORD_ROW = row_encoder(EffectRecord, _CODEC)
 _AUDIT_ROW = row_encoder(AuditEntry, _CODEC)
 
 
+_IS_NONE = partial(is_, None)
+
+
 def _nulls_apart(values: list[Any]) -> tuple[tuple[bool, ...], list[Any]]:
     """Which of ``values`` are None, and the others, to bind: a statement writes its NULLs as literals.
 
@@ -93,13 +96,10 @@ def _nulls_apart(values: list[Any]) -> tuple[tuple[bool, ...], list[Any]]:
     return nulls, list(compress(values, map(not_, nulls)))
 
 
-_IS_NONE = partial(is_, None)
-
-
 # the record stays in Python, and rowcount says whether a row was written: RETURNING made SQLite build a
 # result row per write, about 15 us each on the test machine
 @lru_cache(maxsize=256)
-def _insert(nulls: tuple[bool, ...]) -> str:
+def _insert_statement(nulls: tuple[bool, ...]) -> str:
     """The INSERT of a record whose columns ``nulls`` says are NULL."""
     values = ", ".join("NULL" if null else "?" for null in nulls)
     return (
@@ -126,7 +126,7 @@ def _audit_values(audit: AuditEntry) -> list[Any]:
 
 
 @lru_cache(maxsize=256)
-def _update(columns: tuple[str, ...], nulls: tuple[bool, ...]) -> str:
+def _update_statement(columns: tuple[str, ...], nulls: tuple[bool, ...]) -> str:
     """The conditional UPDATE of ``columns`` (a handful of shapes), those ``nulls`` says to NULL."""
     pairs = zip(columns, nulls, strict=True)
     assignments = ", ".join(f"{column} = NULL" if null else f"{column} = ?" for column, null in pairs)
@@ -423,7 +423,7 @@ class SQLiteStore:
         self, conn: sqlite3.Connection | sqlite3.Cursor, record: EffectRecord, row: list[Any]
     ) -> tuple[EffectRecord, bool]:
         nulls, params = _nulls_apart(row)
-        if conn.execute(_insert(nulls), params).rowcount == 1:
+        if conn.execute(_insert_statement(nulls), params).rowcount == 1:
             return record, True  # the row is exactly the record: no need to parse it back
         existing = self._select(conn, record.tenant, record.intent_key)
         assert existing is not None, "the write lock is held: the conflicting row cannot vanish in between"
@@ -458,7 +458,7 @@ class SQLiteStore:
         )
         encoder = row_encoder(EffectRecord, _CODEC, fields)  # fields are checked against the model first
         nulls, params = _nulls_apart(encoder.values(new))
-        update = _update(encoder.columns, nulls)
+        update = _update_statement(encoder.columns, nulls)
         params += (record.tenant, str(record.intent_key), record.status.value, record.version)
         audit_row = None if audit is None else _audit_values(audit)  # encoded before the write lock is taken
         with self._write() as conn:
