@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -170,12 +171,24 @@ class _ThreadConnection:
         self.conn = conn
 
 
+def _no_space_note(path: Path) -> str:
+    """A note when the ledger's disk has no free space: SQLite reports a full disk as "disk I/O error" where
+    it cannot create the WAL or shared-memory file it opens with (the last process closing deletes them)."""
+    if not hasattr(os, "statvfs"):  # Windows
+        return ""
+    try:
+        full = os.statvfs(path.parent).f_bavail == 0
+    except OSError:  # the directory is gone: nothing to add
+        return ""
+    return "; the disk holding it has no free space left" if full else ""
+
+
 def _raise_typed(error: sqlite3.DatabaseError, path: Path, what: str) -> None:
     """A locked, failing or full file is :class:`LedgerUnavailable` (``what`` says what it did not do); a
     damaged one is :class:`LedgerCorrupt`; anything else is left to its caller to raise."""
     name = getattr(error, "sqlite_errorname", None) or ""  # the sqlite3 module's own errors have none
     if name.startswith(_UNAVAILABLE):
-        raise LedgerUnavailable(f"the SQLite ledger {path} {what}: {error}") from error
+        raise LedgerUnavailable(f"the SQLite ledger {path} {what}: {error}{_no_space_note(path)}") from error
     if name.startswith(_CORRUPT):
         raise LedgerCorrupt(
             f"the SQLite ledger {path} is damaged ({error}): nothing was written; stop its workers and restore it "
