@@ -113,6 +113,7 @@ def test_close_waits_no_longer_than_asked_and_the_late_answer_ends_unknown(
         ledger.close(wait=0.2)
         assert time.monotonic() - started < 5
     assert "1 call(s) still running" in caplog.text
+    assert f"Intents sent or being sent: {KEY!r} (tenant 'default')" in caplog.text  # the intent to watch, named
     adapter.release.set()
     with pytest.raises(EffectUnknown, match=r"is closed.*call again once its lease runs out"):
         running.result(timeout=10)

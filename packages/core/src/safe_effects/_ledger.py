@@ -230,11 +230,14 @@ class Ledger:
         in flight until the lease runs out, as if its worker had been killed."""
         limit = self.lease.duration.total_seconds() if wait is None else wait
         if still_running := self._calls.close(limit):
+            sending = sorted(f"{key!r} (tenant {tenant!r})" for tenant, key in filter(None, still_running))
             _log.warning(
                 "ledger closed with %d call(s) still running after %g s: what their provider answered will not "
-                "be recorded; their intents stay in flight until the lease runs out, then are reconciled",
-                still_running,
+                "be recorded; their intents stay in flight until the lease runs out, then are reconciled. "
+                "Intents sent or being sent: %s",
+                len(still_running),
                 limit,
+                ", ".join(sending) if sending else "none (they were waiting or reading)",
             )
         self.store.close()
 
@@ -829,6 +832,7 @@ class Ledger:
         method: str = "provider_response",
     ) -> Receipt[R]:
         assert record.provider_key is not None
+        self._calls.sending(record.tenant, record.intent_key)
         self.crash_plan.hit(CrashPoint.BEFORE_DISPATCH)
         try:
             # an adapter's own refusal proves nothing was sent only if nothing of this intent was sent before

@@ -42,11 +42,12 @@ class RunningCalls:
     a condition, with a sleep looked up at each call, so it also waits cooperatively under gevent.
     """
 
-    __slots__ = ("_closing", "_depths", "_lock", "_made_with", "_warned")
+    __slots__ = ("_closing", "_depths", "_lock", "_made_with", "_sending", "_warned")
 
     def __init__(self, *, closing: bool = False) -> None:
         self._lock = threading.Lock()
         self._depths: dict[int, int] = {}  # a running thread's (or greenlet's) id -> its nesting
+        self._sending: dict[int, tuple[str, str]] = {}  # a running thread's id -> (tenant, intent) it sends
         self._closing = closing
         self._made_with = threading.local  # patched since (gevent), none of this ledger's primitives fit
         self._warned = False
@@ -70,6 +71,11 @@ class RunningCalls:
                 raise LedgerClosed(CLOSED)
             self._depths[me] = depth + 1
 
+    def sending(self, tenant: str, intent_key: str) -> None:
+        """Note the intent this thread's call sends now: :meth:`close` names it if the call is still running
+        when the wait ends. One dict store, no lock: it is on every effect's path."""
+        self._sending[threading.get_ident()] = (tenant, intent_key)
+
     def leave(self) -> None:
         """Undo this thread's :meth:`enter`; nothing for a thread that is not counted (its enter was refused,
         or cut short before it counted)."""
@@ -78,19 +84,22 @@ class RunningCalls:
             depth = self._depths.pop(me, 0) - 1
             if depth > 0:
                 self._depths[me] = depth
+            else:
+                self._sending.pop(me, None)
 
-    def close(self, wait: float) -> int:
+    def close(self, wait: float) -> list[tuple[str, str] | None]:
         """Refuse new calls, then wait up to ``wait`` seconds for the running ones (but this thread's own, when
-        a call closes its own ledger); how many other threads are still in a call."""
+        a call closes its own ledger); one entry per other thread still in a call: the (tenant, intent key)
+        it is sending, or None for a call that sends nothing now (a wait for another's claim, a read)."""
         me = threading.get_ident()
         deadline = time.monotonic() + max(0.0, wait)
         with self._lock:
             self._closing = True
         while True:
             with self._lock:
-                others = len(self._depths) - (me in self._depths)
+                others = [self._sending.get(thread) for thread in self._depths if thread != me]
             left = deadline - time.monotonic()
-            if others == 0 or left <= 0:
+            if not others or left <= 0:
                 return others
             system_sleep(min(_POLL, left))
 
