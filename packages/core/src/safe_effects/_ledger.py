@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable, Collection, Mapping
 from datetime import datetime, timedelta
 from functools import lru_cache
+from operator import attrgetter, itemgetter
 from types import MappingProxyType
 from typing import Any, Literal, NoReturn, TypedDict, TypeVar, Unpack
 
@@ -83,6 +84,7 @@ from ._states import TERMINAL, EffectStatus, resolvable, settled_status
 from ._store import Store
 from ._tenants import DEFAULT_TENANT, check_tenant
 from ._text import check_storable, holds_unstorable_text
+from ._tracing import Tracer, traced
 from ._unsent import UnsentClaims
 
 R = TypeVar("R")
@@ -141,6 +143,7 @@ class LedgerOptions(TypedDict, total=False):
     observer: Observer | None
     sleep: Callable[[float], None]
     max_clock_skew: timedelta | Literal["auto"] | None
+    tracer: Tracer | None
 
 
 def _cut_short(error: BaseException) -> bool:
@@ -173,6 +176,7 @@ class Ledger:
         observer: Observer | None = None,
         sleep: Callable[[float], None] = system_sleep,
         max_clock_skew: timedelta | Literal["auto"] | None = "auto",
+        tracer: Tracer | None = None,
     ) -> None:
         """On a store that lacks migrations this release needs: :class:`MigrationsPending` (``Ledger.open``,
         ``store.migrate()`` and ``safe-effects migrate`` apply them).
@@ -180,6 +184,9 @@ class Ledger:
         ``max_clock_skew``: how far this worker's clock may be from the database server's before every call that
         writes is refused (:class:`ClockSkewed`); ``"auto"`` is 30 s with the system clock and no check with an
         injected ``clock`` (a test's time travel); None turns it off. SQLite has no clock of its own to compare.
+
+        ``tracer``: an OpenTelemetry tracer (``trace.get_tracer("safe_effects")``); each ``execute``,
+        ``compensate`` and reconciliation then runs in a span of its own (see ``_tracing``). None: no spans.
         """
         self.store = store
         self.clock = clock
@@ -197,6 +204,7 @@ class Ledger:
         self.tenants = frozenset(check_tenant(t) for t in tenants) if tenants is not None else None
         self.crash_plan = crash_plan
         self.observer: Observer = observer or NullObserver()
+        self.tracer = tracer
         self._sleep = sleep
         # (tenant, key, version) of in-flight records whose outcome this ledger could not write: their lease
         # is dead (nobody here is working on them), so a later call takes them over at once
@@ -265,6 +273,7 @@ class Ledger:
     # -- public API ---------------------------------------------------------------------------------------
 
     @counted
+    @traced("safe_effects.execute", attrgetter("record"))
     def execute(
         self,
         adapter: ProviderAdapter[R],
@@ -362,6 +371,7 @@ class Ledger:
         return self._reconcile(adapter, intent_key=intent_key, tenant=tenant)[0]
 
     @counted
+    @traced("safe_effects.reconcile", itemgetter(0))
     def _reconcile(
         self,
         adapter: ProviderAdapter[Any],
@@ -392,6 +402,7 @@ class Ledger:
         return settled or self.get(intent_key, tenant=tenant), found
 
     @counted
+    @traced("safe_effects.compensate", attrgetter("record"))
     def compensate(
         self,
         adapter: ProviderAdapter[R],
