@@ -9,6 +9,7 @@ from pathlib import Path
 from mypy import api as mypy_api
 
 USER_CODE = """
+from opentelemetry import trace
 from safe_effects import EffectRecord, EffectRequest, Ledger
 from safe_effects.testing import GenericFakeAdapter, SafeEffectsOptions
 
@@ -19,6 +20,7 @@ def job(ledger: Ledger, adapter: GenericFakeAdapter, record: EffectRecord, optio
     record.status = record.status
     receipt.from_ledger = True
     Ledger.open("sqlite:///x.db", leese=None)
+    Ledger.open("sqlite:///x.db", tracer=trace.get_tracer("safe_effects"))  # OpenTelemetry's own Tracer type
     return receipt.response or ""
 """
 
@@ -88,7 +90,7 @@ def _assert_reported(checked: tuple[list[str], str], *starts: str) -> None:
 
 def test_the_public_api_keeps_a_users_types_and_refuses_what_run_time_refuses(tmp_path: Path) -> None:
     """The adapter's response type reaches the receipt (it was Any); a frozen record's field and a misspelt
-    option of Ledger.open are type errors, as they are errors at run time."""
+    option of Ledger.open are type errors, as they are errors at run time; an OpenTelemetry tracer is not."""
     lines, out = _mypy_strict(tmp_path, USER_CODE)
     assert 'note: Revealed type is "str | None"' in lines, out
     assert 'error: Property "status" defined in "EffectRecord" is read-only  [misc]' in lines, out
