@@ -17,6 +17,7 @@ from ._contract import CONTRACTS, PROVIDER, send_contract
 from ._events import IngestOutcome, IngestResult, UntrustedTopic, event_verdict, ingest_event, unwrap
 from ._from_env import adapter_from_env
 from ._poller import SQSEventPoller
+from ._publishing import CONFIRMING_EVENTS, REJECTING_EVENTS, EventPublishing, check_event_publishing
 from ._sns_signature import SnsCertificateUnavailable, SnsSignatureInvalid, SnsSignatures
 from ._tags import INTENT_TAG, TENANT_TAG, ReservedTagName, intent_tag, tenant_tag
 
@@ -54,6 +55,10 @@ __all__ = [
     "IngestResult",
     "SQSEventPoller",
     "SnsSignatures",
+    "check_event_publishing",
+    "EventPublishing",
+    "CONFIRMING_EVENTS",
+    "REJECTING_EVENTS",
     # errors
     "MissingConfigurationSet",
     "ReservedTagName",

@@ -6,13 +6,15 @@ import http.client
 import threading
 import uuid
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 from safe_effects.testing import Exchange, FakeHTTPServer, FakeRequest, FakeResponse, Fault
 
 V1_SEND_ACTIONS = frozenset({"SendEmail", "SendRawEmail", "SendTemplatedEmail"})
 V2_SEND_PATH = "/v2/email/outbound-emails"
+_SETS_PATH, _DESTINATIONS = "/v2/email/configuration-sets/", "/event-destinations"
 # hop-by-hop headers, plus the ones the proxy's own HTTP server writes (no duplicate Date/Server lines)
 _NOT_FORWARDED = frozenset(
     {"connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection", "date", "server"}
@@ -52,6 +54,7 @@ class MotoFaultProxy:
         self._lock = threading.Lock()
         self._refusals: deque[tuple[str, int, str]] = deque()
         self._arrived: list[FakeRequest] = []
+        self._destinations: dict[str, FakeResponse] = {}  # GetConfigurationSetEventDestinations, by set
         self.server = FakeHTTPServer(self._handle)
         self.server.on_received(self._arrive)
 
@@ -81,6 +84,21 @@ class MotoFaultProxy:
         with self._lock:
             self._refusals.extend([(code, status, message)] * times)
 
+    def set_event_destinations(self, configuration_set: str, destinations: list[Mapping[str, Any]]) -> None:
+        """What SESv2's GetConfigurationSetEventDestinations answers for ``configuration_set`` (its API's
+        shape: ``Name``, ``Enabled``, ``MatchingEventTypes``, ``SnsDestination`` ...): moto has no such call.
+        A set never given here is answered NotFoundException, as SES answers a set that does not exist."""
+        answer = FakeResponse.json(200, {"EventDestinations": [dict(d) for d in destinations]})
+        with self._lock:
+            self._destinations[configuration_set] = answer
+
+    def refuse_event_destinations(self, configuration_set: str, code: str, *, status: int = 400) -> None:
+        """Answer SESv2's GetConfigurationSetEventDestinations for ``configuration_set`` with error ``code``
+        (``AccessDeniedException``, status 403, for a role without the right)."""
+        answer = FakeResponse.json(status, {"message": "refused"}, headers={"x-amzn-ErrorType": code})
+        with self._lock:
+            self._destinations[configuration_set] = answer
+
     @property
     def exchanges(self) -> list[Exchange]:
         return self.server.exchanges
@@ -100,11 +118,21 @@ class MotoFaultProxy:
             return self._refusals.popleft() if self._refusals and is_send(request) else None
 
     def _handle(self, request: FakeRequest) -> FakeResponse:
+        if request.method == "GET" and request.path.startswith(_SETS_PATH) and request.path.endswith(_DESTINATIONS):
+            return self._event_destinations(unquote(request.path[len(_SETS_PATH) : -len(_DESTINATIONS)]))
         refusal = self._take_refusal(request)
         if refusal is not None:
             return _refusal(request, *refusal)
         status, body, headers = self._forward(request)
         return FakeResponse(status, body, headers, committed=is_send(request) and 200 <= status < 300)
+
+    def _event_destinations(self, configuration_set: str) -> FakeResponse:
+        with self._lock:
+            answer = self._destinations.get(configuration_set)
+        if answer is None:
+            missing = {"message": f"Configuration set <{configuration_set}> does not exist."}
+            return FakeResponse.json(404, missing, headers={"x-amzn-ErrorType": "NotFoundException"})
+        return answer
 
     def _forward(self, request: FakeRequest) -> tuple[int, bytes, dict[str, str]]:
         target = request.path + (f"?{urlencode(request.query, doseq=True)}" if request.query else "")
