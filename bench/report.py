@@ -375,6 +375,15 @@ The `cpu_split.py` table above is measured in this run; the rest comes from diag
   larger working set of code and objects is evicted at every switch between the eight processes. The
   garbage collector (`gc.freeze()`, `gc.disable()`) changed nothing, and the pool's idle threads used no
   CPU. So the single-process budget understates what 8 workers on 2 cores need.
+- **Spawned workers pay more than forked ones (2026-12-01, a diagnostic script, a VM with a 23 ms yardstick).**
+  Eight processes on PostgreSQL, 5 s of effects each after a barrier, client CPU per effect from each
+  process's `os.times()`: started by `fork` from a parent that had imported the library, raw 194-219 us and
+  executor 456-488 us; started by `spawn`, as `ledger_overhead.py` starts them, raw 248-290 us and executor
+  545-746 us, with 2.2-2.7 involuntary context switches per effect against the raw pair's 1.6. One process
+  alone: raw 202-225 us, executor 343-377 us. Forked children share the pages of code and objects the parent
+  loaded (pydantic's validators among them) until written, spawned ones each load their own, and eight
+  copies evict each other from the caches. The benchmark keeps `spawn`, the dearer case; a prefork server
+  (gunicorn, Celery prefork) that imports the app before forking is closer to `fork`.
 - **SQLite at 8 workers is not CPU-bound.** Its writers take turns on one write lock, and a writer that
   finds it taken sleeps in SQLite's busy handler in growing steps (1, 2, 5, 10 ... 100 ms). The lock mostly
   goes to a writer that is awake, so the median call waits for no one: the 8-worker medians are the
