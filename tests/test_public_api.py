@@ -174,6 +174,8 @@ PUBLIC_API: dict[str, list[str]] = {
     ],
     "sendgrid_safe": [
         "CONTRACT",
+        "DECIDING_EVENTS",
+        "EventWebhookSetup",
         "INTENT_ARG",
         "IngestReport",
         "LedgerResponse",
@@ -189,6 +191,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "TIMESTAMP_HEADER",
         "WebhookSignatureError",
         "adapter_from_env",
+        "check_event_webhook",
         "classify",
         "event_verdict",
         "ingest_events",

@@ -22,6 +22,7 @@ from ._signature import (
     verify_signature,
 )
 from ._webhook import IngestReport, MalformedWebhook, ingest_events, parse_event
+from ._webhook_settings import DECIDING_EVENTS, EventWebhookSetup, check_event_webhook
 from ._wrapper import SendGridAPIClient
 from ._wsgi import make_wsgi_app
 
@@ -53,4 +54,7 @@ __all__ = [
     "WebhookSignatureError",
     "SIGNATURE_HEADER",
     "TIMESTAMP_HEADER",
+    "check_event_webhook",
+    "EventWebhookSetup",
+    "DECIDING_EVENTS",
 ]

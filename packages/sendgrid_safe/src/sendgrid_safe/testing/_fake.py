@@ -1,4 +1,5 @@
-"""A fake SendGrid on 127.0.0.1 that the real SDK talks to: Mail Send, Email Activity search, webhook events.
+"""A fake SendGrid on 127.0.0.1 that the real SDK talks to: Mail Send, Email Activity search, webhook events
+and the Event Webhook settings that say where those go.
 
 Activity search understands clauses joined by `` AND ``: ``unique_args['NAME']="VALUE"``, ``msg_id="ID"``
 and ``msg_id LIKE 'PREFIX%'``; anything else is a 400. Faults come from the base server's ``inject``.
@@ -18,6 +19,7 @@ from typing import Any
 
 from safe_effects.testing import FakeHTTPServer, FakeRequest, FakeResponse, Fault
 from sendgrid_safe._rules import MAX_PERSONALIZATIONS
+from sendgrid_safe._webhook_settings import DECIDING_EVENTS
 
 from ._signing import WebhookSigner
 
@@ -60,7 +62,8 @@ MAIL_SEND = "mail.send"  # the one write this fake serves, as effect_count names
 
 
 class FakeSendGrid:
-    """Serve ``/v3/mail/send`` and ``/v3/messages``; record messages; build and sign webhook events."""
+    """Serve ``/v3/mail/send``, ``/v3/messages`` and the Event Webhook settings; record messages; build and sign
+    webhook events."""
 
     def __init__(self, *, api_key: str = "SG.fake-key") -> None:
         self.api_key = api_key
@@ -77,6 +80,7 @@ class FakeSendGrid:
         self.activity_enabled = True  # False: the account lacks the add-on, searches get 403
         self.activity_visible = True  # False: accepted messages are not indexed yet (activity lag)
         self.accept_body = b""  # SendGrid's 202 is empty; give it bytes to make a cut_body fault bite
+        self.event_webhooks: list[dict[str, Any]] = []  # the account's Event Webhook settings, as SendGrid lists them
         with self._lock:
             self._arrivals: list[FakeRequest] = []
             self._messages: list[SentMessage] = []
@@ -168,6 +172,32 @@ class FakeSendGrid:
         except urllib.error.HTTPError as error:
             return int(error.code)
 
+    def add_event_webhook(
+        self,
+        url: str,
+        *,
+        events: Iterable[str] = DECIDING_EVENTS,
+        enabled: bool = True,
+        signed: bool = True,
+    ) -> dict[str, Any]:
+        """Configure an Event Webhook posting ``events`` to ``url``, signed with ``signer``'s key unless told not
+        to; returns its settings as ``GET /v3/user/webhooks/event/settings/all`` lists them."""
+        engagement = ("open", "click", "spam_report", "unsubscribe", "group_unsubscribe", "group_resubscribe")
+        switches = (*DECIDING_EVENTS, *engagement)
+        chosen = set(events)
+        if unknown := chosen - set(switches):
+            raise ValueError(f"no Event Webhook switch {sorted(unknown)}; known: {', '.join(switches)}")
+        webhook: dict[str, Any] = {
+            "id": f"fake-webhook-{len(self.event_webhooks) + 1}",
+            "url": url,
+            "enabled": enabled,
+            **{switch: switch in chosen for switch in switches},
+        }
+        if signed:
+            webhook["public_key"] = self.signer.public_key  # listed only for a signed webhook, as SendGrid does
+        self.event_webhooks.append(webhook)
+        return webhook
+
     # -- the provider's rules -----------------------------------------------------------------------------
 
     def _handle(self, request: FakeRequest) -> FakeResponse:
@@ -177,6 +207,8 @@ class FakeSendGrid:
             return self._send(request)
         if request.method == "GET" and request.path == "/v3/messages":
             return self._search(request)
+        if request.method == "GET" and request.path == "/v3/user/webhooks/event/settings/all":
+            return FakeResponse.json(200, {"max_allowed": 5, "webhooks": self.event_webhooks})
         return _errors(404, f"no fake route for {request.method} {request.path}")
 
     def _send(self, request: FakeRequest) -> FakeResponse:
