@@ -10,7 +10,7 @@ import stripe
 
 from safe_effects import EffectRecord, LeasePolicy, Ledger, RetryPolicy
 from safe_effects.testing import FakeClock
-from stripe_safe import StripeClient
+from stripe_safe import StripeClient, adapter_from_env
 from stripe_safe.testing import FakeStripe
 
 API_KEY = "sk_test_safe_effects"
@@ -34,6 +34,12 @@ class Env:
 
     def posts(self, path_prefix: str = "/v1/") -> int:
         return len(self.fake.requests("POST", path_prefix))
+
+    def reconciled(self, key: str = KEY) -> EffectRecord:
+        """The reconciler's settling of ``key``: a lookup-only adapter that has only the record, as
+        ``safe-effects reconcile`` builds it."""
+        adapter = adapter_from_env({"STRIPE_API_KEY": API_KEY, "STRIPE_API_BASE": self.fake.url})
+        return self.ledger.reconcile(adapter, intent_key=key)
 
 
 def raw_client(url: str, api_key: str = API_KEY, timeout: tuple[float, float] = SHORT_TIMEOUT) -> stripe.StripeClient:

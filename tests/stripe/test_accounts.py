@@ -14,7 +14,7 @@ import stripe
 
 from safe_effects import EffectStatus, EffectUnknown, IntentConflict, MissingIntentKey
 from safe_effects.testing import Fault
-from stripe_safe import StripeClient, adapter_from_env, receipt_of
+from stripe_safe import StripeClient, receipt_of
 from stripe_safe.testing import FakeStripe
 
 from .conftest import API_KEY, KEY, PI, Env, raw_client
@@ -65,9 +65,8 @@ def test_the_reconciler_looks_a_connected_account_write_up_on_that_account(env: 
     with pytest.raises(EffectUnknown):
         create(env, ACCOUNT)
     env.clock.advance(KEY_WINDOW_PASSED)
-    adapter = adapter_from_env({"STRIPE_API_KEY": API_KEY, "STRIPE_API_BASE": env.fake.url})  # the record only
 
-    record = env.ledger.reconcile(adapter, intent_key=KEY)
+    record = env.reconciled()  # the record only
 
     searches = env.fake.requests("GET", "/v1/payment_intents/search")
     assert [s.header("stripe-account") for s in searches] == [ACCOUNT]

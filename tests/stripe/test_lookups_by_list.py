@@ -16,15 +16,15 @@ import stripe
 import stripe.params as sdk
 import stripe.params.checkout as sdk_checkout
 
-from safe_effects import EffectRecord, EffectStatus, EffectUnknown, LookupKind
+from safe_effects import EffectStatus, EffectUnknown, LookupKind
 from safe_effects.testing import Fault
-from stripe_safe import METADATA_INTENT, METADATA_TENANT, adapter_from_env, contract_for
+from stripe_safe import METADATA_INTENT, METADATA_TENANT, contract_for
 from stripe_safe._contract import LISTED_BY, STAMPED_CREATES
 from stripe_safe.testing import FakeStripe
 from stripe_safe.testing._form import decode_query, flat_query
 from stripe_safe.testing._objects import LIST_FILTERS
 
-from .conftest import API_KEY, KEY, Env, raw_client
+from .conftest import KEY, Env, raw_client
 
 KEY_WINDOW_PASSED = timedelta(hours=25)
 PURGED_LONG_AGO = timedelta(days=200)
@@ -127,12 +127,6 @@ LISTED = {
 }
 
 
-def _reconciled(env: Env) -> EffectRecord:
-    """The reconciler's settling of KEY: a lookup-only adapter, as ``safe-effects reconcile`` builds it."""
-    adapter = adapter_from_env({"STRIPE_API_KEY": API_KEY, "STRIPE_API_BASE": env.fake.url})
-    return env.ledger.reconcile(adapter, intent_key=KEY)
-
-
 def _lost(env: Env, case: Listed, params: dict[str, Any], fault: Fault, **options: str) -> None:
     """The wrapped create under KEY, its answer lost to ``fault``."""
     env.fake.inject(fault)
@@ -169,7 +163,7 @@ def test_a_lost_create_is_found_after_the_window_by_listing_its_parent(env: Env,
     _lost(env, case, params, Fault.drop_after_commit(path_prefix=case.path))
     env.clock.advance(KEY_WINDOW_PASSED)
 
-    record = _reconciled(env)
+    record = env.reconciled()
 
     [made] = env.fake.objects(case.kind)
     assert made["metadata"] == _stamp(KEY)
@@ -191,7 +185,7 @@ def test_a_list_that_misses_leaves_it_unknown_and_nothing_is_sent_again(env: Env
     _lost(env, case, params, Fault.drop_before_commit(path_prefix=case.path))  # it never reached Stripe
     env.clock.advance(KEY_WINDOW_PASSED)
 
-    reconciled = _reconciled(env)
+    reconciled = env.reconciled()
     with pytest.raises(EffectUnknown, match="no lookup could settle it"):  # the caller's retry: a lookup, no POST
         case.create(env.client.v1, params, idempotency_key=KEY)
 
@@ -221,7 +215,7 @@ def test_a_listed_object_of_another_intent_tenant_or_an_earlier_record_is_not_ta
     others = [case.create(raw.v1, {**params, "metadata": _stamp(*stamp)}) for stamp in ((OTHER_KEY,), (KEY, "acme"))]
     env.clock.advance(KEY_WINDOW_PASSED)
 
-    record = _reconciled(env)
+    record = env.reconciled()
 
     [listing] = env.fake.requests("GET", case.path)
     listed = case.service(raw.v1).list(params=decode_query(listing.query))
@@ -237,7 +231,7 @@ def test_a_lost_payout_on_a_connected_account_is_listed_on_that_account(env: Env
     _lost(env, case, _payout(raw_client(env.fake.url)), Fault.drop_after_commit(), stripe_account=ACCOUNT)
     env.clock.advance(KEY_WINDOW_PASSED)
 
-    record = _reconciled(env)
+    record = env.reconciled()
 
     [listing] = env.fake.requests("GET", "/v1/payouts")
     assert listing.header("stripe-account") == ACCOUNT
@@ -326,7 +320,7 @@ def test_a_lost_action_is_confirmed_after_the_window_by_the_objects_status(env: 
     case = ACTED[operation]
     oid = _acted_lost(env, case, Fault.drop_after_commit)
 
-    record = _reconciled(env)
+    record = env.reconciled()
 
     [acted_on] = [o for o in env.fake.objects(case.kind) if o["id"] == oid]
     assert acted_on["status"] == case.after
@@ -344,7 +338,7 @@ def test_an_action_the_object_does_not_show_stays_unknown(env: Env, operation: s
     case = ACTED[operation]
     oid = _acted_lost(env, case, Fault.drop_before_commit)
 
-    record = _reconciled(env)
+    record = env.reconciled()
 
     [untouched] = [o for o in env.fake.objects(case.kind) if o["id"] == oid]
     assert untouched["status"] == case.before

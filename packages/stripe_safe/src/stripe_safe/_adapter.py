@@ -33,6 +33,8 @@ from ._contract import (
     matches_intent,
     provider_key,
     search_query,
+    updated_by,
+    updated_event_type,
 )
 
 
@@ -96,6 +98,10 @@ def _sent_between(record: EffectRecord) -> dict[str, int]:
     return {"gte": int(first.timestamp()) - _CLOCK_SKEW_SECONDS, "lte": int(latest.timestamp()) + _CLOCK_SKEW_SECONDS}
 
 
+# pages of 100 events one lookup of an update reads, newest first: past them a miss is reported as such
+EVENT_PAGES = 10
+
+
 def _found(obj: Mapping[str, Any], method: str, **detail: Any) -> LookupResult:
     """FOUND, or REFUSED for a declined PaymentIntent or failed Charge (it exists, nothing was charged)."""
     status = LookupStatus.REFUSED if declined(obj) else LookupStatus.FOUND
@@ -152,7 +158,8 @@ class StripeAdapter:
         return self._transport.read(url, params, scope_options(record.summary)).to_dict(for_json=True)
 
     def lookup(self, record: EffectRecord) -> LookupResult:
-        """Search (stamped creates), list by parent (the other stamped creates) or retrieve (actions on an object)."""
+        """Search (stamped creates), list by parent (the other stamped creates), retrieve (actions on an object)
+        or read the events (updates)."""
         resource, _, action = record.operation.rpartition(".")
         if action == "create" and resource in SEARCHABLE:
             return self._search(resource, record)
@@ -160,6 +167,8 @@ class StripeAdapter:
             return self._list(record, *LISTED_BY[record.operation])
         if record.operation in ACTION_DONE:
             return self._retrieve(record, ACTION_DONE[record.operation])
+        if action == "update":
+            return self._updated_event(record, resource)
         return LookupResult(LookupStatus.INCONCLUSIVE, "none", detail={"reason": f"no lookup for {record.operation}"})
 
     def _search(self, resource: str, record: EffectRecord) -> LookupResult:
@@ -193,3 +202,30 @@ class StripeAdapter:
         return LookupResult(
             LookupStatus.INCONCLUSIVE, "retrieve", provider_result_id=obj["id"], detail={"status": obj.get("status")}
         )
+
+    def _updated_event(self, record: EffectRecord, resource: str) -> LookupResult:
+        """An update took effect when Stripe logged the object's ``.updated`` event for the request that carried
+        the record's key. No such event proves nothing: an update that changed nothing makes none, and Stripe
+        lists only the last 30 days."""
+        object_id = record.summary["path"].rstrip("/").rsplit("/", 1)[-1]
+        params: dict[str, Any] = {"created": _sent_between(record), "limit": 100}
+        if (event_type := updated_event_type(resource)) is not None:
+            params["type"] = event_type
+        read = 0
+        for _ in range(EVENT_PAGES):
+            page = self._read(record, "/v1/events", params)
+            read += len(page["data"])
+            hit = next((event for event in page["data"] if updated_by(event, record.provider_key, object_id)), None)
+            if hit is not None:
+                return LookupResult(
+                    LookupStatus.FOUND,
+                    "events",
+                    provider_result_id=object_id,
+                    response_digest=request_digest(hit["data"]["object"]),
+                    evidence=f"stripe:event/{hit['id']}",
+                    detail={"event": hit["id"], "type": hit["type"]},
+                )
+            if not page.get("has_more") or not page["data"]:
+                return LookupResult(LookupStatus.INCONCLUSIVE, "events", detail={"events_read": read})
+            params["starting_after"] = page["data"][-1]["id"]
+        return LookupResult(LookupStatus.INCONCLUSIVE, "events", detail={"events_read": read, "more_left": True})

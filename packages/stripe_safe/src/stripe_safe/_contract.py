@@ -110,6 +110,17 @@ RETRIEVE = LookupMethod(
     proves_absence=False,
 )
 
+EVENTS = LookupMethod(
+    kind=LookupKind.EVENT_STREAM,
+    description="list /v1/events of the object's '.updated' type made while the record was sent, and match the "
+    "event's request.idempotency_key (the key the update went out with) and the object's id: an update that "
+    "changed the object makes one; Stripe lists the last 30 days",
+    proves_absence=False,
+    verified=False,  # documented (the Event object's request field), not observed against Stripe
+)
+# event names that are not the object's type: an update of /v1/subscriptions/sub_1 makes customer.subscription.updated
+_EVENT_NAMES = {"subscriptions": "customer.subscription"}
+
 BASE_CONTRACT = ProviderContract(
     provider=PROVIDER,
     idempotency=IdempotencyContract(
@@ -154,6 +165,8 @@ def contract_for(operation: str) -> ProviderContract:
         usable.append(SEARCH)
     if operation in LISTED_BY or operation in ACTION_DONE:
         usable.append(RETRIEVE)
+    if action == "update":
+        usable.append(EVENTS)
     update: dict[str, Any] = {"operation": operation, "lookups": tuple(usable)}
     if action == "delete":
         update["idempotency"] = NO_KEYS
@@ -401,6 +414,30 @@ def matches_intent(obj: Mapping[str, Any], intent_key: str, tenant: str) -> bool
     """Did the wrapper stamp ``obj`` for this intent and tenant?"""
     metadata = obj.get("metadata") or {}
     return bool(metadata.get(METADATA_INTENT) == intent_key and metadata.get(METADATA_TENANT) == tenant)
+
+
+def updated_event_type(resource: str) -> str | None:
+    """The event an update of ``resource`` makes (``customers`` → ``customer.updated``); None for a namespaced
+    resource (``issuing.cards``), whose event names follow no one rule, so its events are read unfiltered."""
+    if "." in resource:
+        return None
+    return f"{_EVENT_NAMES.get(resource, resource.removesuffix('s'))}.updated"
+
+
+def updated_by(event: Mapping[str, Any], provider_key: str | None, object_id: str) -> bool:
+    """Is ``event`` the change of ``object_id`` that the update sent with ``provider_key`` made? Stripe names the
+    API request that caused an event in its ``request``, with the idempotency key that request carried."""
+    request = event.get("request")
+    data = event.get("data")
+    changed = data.get("object") if isinstance(data, Mapping) else None
+    return (
+        provider_key is not None
+        and isinstance(request, Mapping)
+        and request.get("idempotency_key") == provider_key
+        and isinstance(changed, Mapping)
+        and changed.get("id") == object_id
+        and str(event.get("type", "")).endswith(".updated")
+    )
 
 
 def declined(obj: Mapping[str, Any]) -> bool:

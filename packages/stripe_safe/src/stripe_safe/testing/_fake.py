@@ -7,7 +7,7 @@ a key still executing → 409 ``idempotency_key_in_use``; validation failures an
 are forgotten ``key_retention`` after first use on the injectable clock. Keys are scoped, as on Stripe, by the
 API key and the account the request acts on (``Stripe-Account``, else ``Stripe-Context``), and so are objects.
 A DELETE ignores its Idempotency-Key ("it has no effect", docs.stripe.com/api/idempotent_requests): every
-DELETE runs.
+DELETE runs. Creates and updates log an event (``_events``), listed by ``GET /v1/events``.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from safe_effects import Clock, system_clock
 from safe_effects.testing import FakeHTTPServer, FakeRequest, FakeResponse, Fault
 from stripe_safe._contract import operation_for
 
+from ._events import EventLog
 from ._form import decode_form, decode_query, flat_query, parse_search
 from ._objects import KINDS, ApiError, Result, World
 
@@ -87,6 +88,7 @@ class FakeStripe:
         self.search_folds_case = search_folds_case
         self.processing_seconds = processing_seconds  # real time a write holds its key (409 window)
         self.world = World(clock)
+        self.event_log = EventLog(clock)
         self.server = FakeHTTPServer(self._handle)
         self._lock = threading.RLock()
         self._keys: dict[tuple[str, str, str], _Saved] = {}  # (api key, account, idempotency key)
@@ -164,6 +166,13 @@ class FakeStripe:
     def subscriptions(self) -> list[dict[str, Any]]:
         return self.objects("subscriptions")
 
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        """Every event logged (a create's or an update's, carrying its request's id and idempotency key),
+        oldest first, on every account."""
+        with self._lock:
+            return self.event_log.events
+
     def account_of(self, object_id: str) -> str:
         """The account an object was created on: its Stripe-Account (or Stripe-Context), ``""`` for the platform."""
         with self._lock:
@@ -192,7 +201,7 @@ class FakeStripe:
             return _answer(Result(403, _error("invalid_request_error", message)), request_id)
         key = request.header("idempotency-key")
         if key is None or request.method == "DELETE":  # Stripe ignores keys on a DELETE
-            return _answer(self._run(request, account), request_id)
+            return _answer(self._run(request, account, request_id), request_id)
         return self._idempotent(request, (api_key, account, key), request_id)
 
     def _idempotent(self, request: FakeRequest, slot: tuple[str, str, str], request_id: str) -> FakeResponse:
@@ -218,7 +227,7 @@ class FakeStripe:
             saved_failure = self._saved_failures.pop(0) if self._saved_failures else None
         if self.processing_seconds:
             time.sleep(self.processing_seconds)
-        result = self._run(request, slot[1]) if saved_failure is not False else Result(500, {})
+        result = self._run(request, slot[1], request_id) if saved_failure is not False else Result(500, {})
         if saved_failure is not None:
             error = _error("api_error", "An unknown error occurred on our end.")
             result = Result(500, error, result.effect)
@@ -229,8 +238,9 @@ class FakeStripe:
                 del self._keys[slot]
         return _answer(result, request_id)
 
-    def _run(self, request: FakeRequest, account: str) -> Result:
-        """Execute one write under the world lock, on ``account``; count it when it changed provider state."""
+    def _run(self, request: FakeRequest, account: str, request_id: str) -> Result:
+        """Execute one write under the world lock, on ``account``; count it, and log its event, when it changed
+        provider state."""
         operation = operation_for(request.path, request.method)
         handler = self._writes().get(operation)
         if handler is None:
@@ -246,6 +256,10 @@ class FakeStripe:
                 return Result(refused.status, refused.body)
             if result.effect:
                 self._effects[operation] += 1
+                key = request.header("idempotency-key") if request.method == "POST" else None
+                self.event_log.record(
+                    operation, result.body, account=account, request_id=request_id, idempotency_key=key
+                )
             body = self.world.expanded(result.body, params.get("expand"))
             return Result(result.status, json.loads(json.dumps(body)), result.effect)  # a snapshot
 
@@ -259,6 +273,7 @@ class FakeStripe:
             "payment_intents.cancel": w.cancel_payment_intent,
             "refunds.create": lambda _, p: w.create_refund(p),
             "customers.create": lambda _, p: w.create_customer(p),
+            "customers.update": w.update_customer,
             "charges.create": lambda _, p: w.create_charge(p),
             "invoices.create": lambda _, p: w.create_invoice(p),
             "invoices.pay": w.pay_invoice,
@@ -278,6 +293,12 @@ class FakeStripe:
 
     def _read(self, request: FakeRequest, account: str) -> Result:
         kind, rest = _collection(request.path)
+        if kind == "events" and not rest:
+            with self._lock:
+                try:
+                    return Result(200, self.event_log.listed(decode_query(request.query), account))
+                except ApiError as refused:
+                    return Result(refused.status, refused.body)
         if kind not in KINDS or len(rest) > 1:
             return Result(404, _error("invalid_request_error", f"Unrecognized request URL (GET: {request.path})."))
         query = decode_query(request.query)

@@ -123,7 +123,7 @@ def _unknown_list_params(kind: str, query: Mapping[str, Any]) -> list[str]:
     return unknown
 
 
-def _created_in(obj: Mapping[str, Any], created: Any) -> bool:
+def created_in(obj: Mapping[str, Any], created: Any) -> bool:
     """Does ``obj`` fall in a list's ``created`` filter: an exact Unix time, or a range (``created[gte]=...``)?"""
     if created is None:
         return True
@@ -358,6 +358,12 @@ class World:
                 "metadata": _metadata(params),
             },
         )
+        return Result(200, customer, effect=True)
+
+    def update_customer(self, oid: str, params: Mapping[str, Any]) -> Result:
+        customer = self.get("customers", oid)
+        customer["metadata"] = _metadata(params, on=customer["metadata"])
+        customer.update({k: params[k] for k in ("email", "name", "description") if k in params})
         return Result(200, customer, effect=True)
 
     def create_charge(self, params: Mapping[str, Any]) -> Result:
@@ -680,7 +686,7 @@ class World:
             o
             for o in self.objects[kind].values()
             if self._visible(o)
-            and _created_in(o, query.get("created"))
+            and created_in(o, query.get("created"))
             and all(o.get(name) == value for name, value in filters.items())
         ]
         return sorted(found, key=lambda o: o["id"], reverse=True)
