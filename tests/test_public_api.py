@@ -34,6 +34,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "DEFAULT_MAX_CLOCK_SKEW",
         "DEFAULT_TENANT",
         "Decision",
+        "DeployCheck",
         "ENTRY_POINT_GROUP",
         "EarlierVersionInDoubt",
         "EffectDeferred",

@@ -14,6 +14,7 @@ from ._contract import (
     ProviderContract,
 )
 from ._crash import CrashPlan, CrashPoint, SimulatedCrash
+from ._deploy_check import DeployCheck
 from ._digest import bytes_digest, canonical_json, request_digest
 from ._errors import (
     ApprovalError,
@@ -115,6 +116,7 @@ __all__ = [
     "LookupResult",
     "LookupStatus",
     "LOOKUP_ERROR",
+    "DeployCheck",
     "Clock",
     "system_clock",
     "DEFAULT_MAX_CLOCK_SKEW",

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import sendgrid
+from python_http_client.exceptions import HTTPError
 
 from safe_effects import (
+    DEFAULT_TENANT,
     LOOKUP_ERROR,
+    DeployCheck,
     EffectRecord,
     EffectRequest,
     IntentKey,
@@ -20,6 +24,11 @@ from safe_effects import (
 )
 
 from . import _client, _rules
+from ._webhook_settings import check_event_webhook
+
+# what the deploy check reads of the environment: the webhook endpoint's address and the key it verifies with
+WEBHOOK_URL_ENV = "SENDGRID_WEBHOOK_URL"
+WEBHOOK_KEY_ENV = "SENDGRID_WEBHOOK_PUBLIC_KEY"
 
 
 class SendGridAdapter:
@@ -89,6 +98,46 @@ class SendGridAdapter:
             detail={"matches": len(found), "status": str(found[0].get("status"))},
         )
 
+    def deploy_check(self, env: Mapping[str, str]) -> DeployCheck:
+        """The Email Activity API answers (when the lookup is on), and the Event Webhook posts what settles a lost
+        send to ``SENDGRID_WEBHOOK_URL``, signed with ``SENDGRID_WEBHOOK_PUBLIC_KEY`` when that is set. Reads only."""
+        checked: list[str] = []
+        problems: list[str] = []
+        unchecked: list[str] = []
+        if not self.activity_lookup:
+            unchecked.append(
+                "the Email Activity lookup is off (SENDGRID_ACTIVITY_LOOKUP=false): webhook events alone settle"
+            )
+        else:
+            try:
+                query = _rules.activity_query(DEFAULT_TENANT, "safe-effects:deploy:check:v1")
+                _client.get_messages(self.sdk, query, self.timeout)
+            except (HTTPError, OSError) as refused:
+                problems.append(
+                    f"the Email Activity API refused a search ({_refusal(refused)}): every lookup of a lost send "
+                    "is an error; an account without the add-on sets SENDGRID_ACTIVITY_LOOKUP=false"
+                )
+            else:
+                checked.append("the Email Activity API answers a search: a lost send is looked up there")
+        url = env.get(WEBHOOK_URL_ENV)
+        if not url:
+            unchecked.append(
+                f"{WEBHOOK_URL_ENV} is not set: set it to the Event Webhook endpoint's address to check it"
+            )
+            return DeployCheck(_rules.PROVIDER, tuple(checked), tuple(problems), tuple(unchecked))
+        public_key = env.get(WEBHOOK_KEY_ENV) or None
+        if public_key is None:
+            unchecked.append(f"{WEBHOOK_KEY_ENV} is not set: whether the webhook signs with the endpoint's key")
+        try:
+            setup = check_event_webhook(self.sdk, url, public_key=public_key)
+        except (HTTPError, OSError) as refused:
+            problems.append(f"SendGrid did not show its Event Webhook settings ({_refusal(refused)})")
+        else:
+            problems += setup.problems
+            if setup.ok:
+                checked.append(f"the Event Webhook posts {', '.join(sorted(setup.events))} events to {url}")
+        return DeployCheck(_rules.PROVIDER, tuple(checked), tuple(problems), tuple(unchecked))
+
     def _skip_reason(self, record: EffectRecord) -> str | None:
         """Why not to query now: add-on off, a key the query syntax cannot quote, or the rate limit."""
         if not self.activity_lookup:
@@ -101,3 +150,9 @@ class SendGridAdapter:
                 return "activity API rate limit (6/min) kept locally"
             self._last_lookup = now
         return None
+
+
+def _refusal(error: HTTPError | OSError) -> str:
+    """``HTTP 403`` for SendGrid's answer, the class and message for a transport failure."""
+    status = getattr(error, "status_code", None)
+    return f"HTTP {status}" if status is not None else f"{type(error).__name__}: {error}"

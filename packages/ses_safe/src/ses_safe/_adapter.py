@@ -9,6 +9,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from safe_effects import (
+    DeployCheck,
     EffectRecord,
     EffectRequest,
     IntentKey,
@@ -22,6 +23,7 @@ from safe_effects import (
 
 from ._classify import classify
 from ._contract import CONTRACTS, PROVIDER
+from ._publishing import check_event_publishing
 from ._tags import INTENT_TAG, intent_tag, with_intent_tags
 
 Response = dict[str, Any]
@@ -43,6 +45,10 @@ class SendPayload:
         return {**self.kwargs, self.tags_field: tags}
 
 
+# what the deploy check reads of the environment: the configuration sets the sends use
+CONFIGURATION_SETS_ENV = "SES_SAFE_CONFIGURATION_SETS"
+
+
 class SesAdapter:
     """Sends through a boto3 client whose retries are off; looks up by MessageId when one is known."""
 
@@ -56,6 +62,30 @@ class SesAdapter:
     def client(self) -> Any:
         """The boto3 client sends go through (one attempt, explicit timeouts)."""
         return self._client
+
+    def deploy_check(self, env: Mapping[str, str]) -> DeployCheck:
+        """Each configuration set named in ``SES_SAFE_CONFIGURATION_SETS`` (comma-separated) publishes what settles
+        a lost send where the event poller reads it (:func:`ses_safe.check_event_publishing`). Reads only."""
+        names = [name.strip() for name in env.get(CONFIGURATION_SETS_ENV, "").split(",") if name.strip()]
+        if not names:
+            why = f"{CONFIGURATION_SETS_ENV} is not set: name the configuration sets your sends use to check them"
+            return DeployCheck(PROVIDER, unchecked=(why,))
+        if not hasattr(self._client, "get_configuration_set_event_destinations"):
+            why = f"the adapter's client is not sesv2, which checking what {', '.join(names)} publish needs"
+            return DeployCheck(PROVIDER, unchecked=(why,))
+        checked: list[str] = []
+        problems: list[str] = []
+        for name in names:
+            try:
+                report = check_event_publishing(self._client, name)
+            except (ClientError, BotoCoreError) as refused:
+                problems.append(f"SES did not say what configuration set {name!r} publishes ({refused})")
+                continue
+            problems += report.problems
+            if report.ok:
+                kinds = ", ".join(sorted(report.event_types))
+                checked.append(f"configuration set {name!r} publishes {kinds} to {', '.join(report.destinations)}")
+        return DeployCheck(PROVIDER, checked=tuple(checked), problems=tuple(problems))
 
     def contract_for(self, operation: str) -> ProviderContract:
         contract = CONTRACTS.get(operation)

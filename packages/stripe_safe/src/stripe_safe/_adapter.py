@@ -6,11 +6,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from stripe import StripeObject
+from stripe import StripeError, StripeObject
 from stripe._base_address import BaseAddress
 from stripe._request_options import RequestOptions
 
 from safe_effects import (
+    DEFAULT_TENANT,
+    DeployCheck,
     EffectRecord,
     EffectRequest,
     IntentKey,
@@ -98,6 +100,28 @@ def _sent_between(record: EffectRecord) -> dict[str, int]:
     return {"gte": int(first.timestamp()) - _CLOCK_SKEW_SECONDS, "lte": int(latest.timestamp()) + _CLOCK_SKEW_SECONDS}
 
 
+@dataclass(frozen=True, slots=True)
+class _DeployRead:
+    """A read a deploy check makes: one the reconciler makes after the key window, for one kind of lost write."""
+
+    url: str
+    params: Mapping[str, Any]
+    action: str  # what the API key must be allowed
+    lost: str  # the lost write it settles
+    how: str
+
+
+_DEPLOY_READS = (
+    _DeployRead(
+        "/v1/payment_intents/search",
+        {"query": search_query("safe-effects:deploy:check:v1", DEFAULT_TENANT), "limit": 1},
+        "search payment intents",
+        "a create lost past the 24 h key window",
+        "by its stamped metadata",
+    ),
+    _DeployRead("/v1/events", {"limit": 1}, "list events", "an update lost past the 24 h key window", "by its event"),
+)
+
 # pages of 100 events one lookup of an update reads, newest first: past them a miss is reported as such
 EVENT_PAGES = 10
 
@@ -151,6 +175,19 @@ class StripeAdapter:
         if raw is None:
             return request_digest(response.to_dict(for_json=True))
         return bytes_digest(raw.body)
+
+    def deploy_check(self, env: Mapping[str, str]) -> DeployCheck:
+        """Can this API key make the reads that settle a lost write after the key window? Reads only."""
+        checked, problems = [], []
+        for read in _DEPLOY_READS:
+            try:
+                self._transport.read(read.url, read.params)
+            except StripeError as refused:
+                why = f"{type(refused).__name__}: {refused.user_message or refused}"
+                problems.append(f"the API key cannot {read.action} ({why}): {read.lost} waits for an operator")
+            else:
+                checked.append(f"the API key can {read.action}: {read.lost} is found {read.how}")
+        return DeployCheck(PROVIDER, checked=tuple(checked), problems=tuple(problems))
 
     def _read(self, record: EffectRecord, url: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """A read on the account the record's write acted on, as the plain JSON-shaped dicts the contract's

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from ._check import check
 from ._common import handled
 from ._compensate import compensate
 from ._inspect import list_effects, lookup, show
@@ -31,3 +32,4 @@ app.command("compensate")(handled(compensate))
 app.command("purge")(handled(purge))
 app.command("metrics")(handled(metrics))
 app.command("migrate")(handled(migrate))
+app.command("check")(handled(check))
