@@ -116,7 +116,7 @@ def test_contract_facts() -> None:
     assert contract.idempotency.parameter_matching is ParameterMatching.STRICT
     assert contract.idempotency.retention is not None
     assert contract.idempotency.retention.total_seconds() == 86400
-    assert [m.kind for m in contract.lookups] == [LookupKind.KEY_REPLAY, LookupKind.SEARCH]
+    assert [m.kind for m in contract.lookups] == [LookupKind.KEY_REPLAY, LookupKind.SEARCH, LookupKind.EVENT_STREAM]
     assert [m.kind for m in contract_for("refunds.create").lookups] == [LookupKind.KEY_REPLAY, LookupKind.RETRIEVE]
     assert contract.forced_sdk_settings["max_network_retries"] == "0"
     assert "https://docs.stripe.com/idempotency" in contract.sources

@@ -1,8 +1,9 @@
-"""Updates settled after Stripe's 24 h key window by the events they made: Stripe logs an ``<object>.updated``
-event naming the API request that caused it, with that request's idempotency key, so the reconciler reads the
-events of the send's minutes and confirms the update whose key is the record's. The real SDK over HTTP to
-FakeStripe, the ledger on SQLite and PostgreSQL; each case asserts what reached the fake (its requests, objects
-and events) and the ledger row.
+"""Creates and updates settled after Stripe's 24 h key window by the events they made: Stripe logs an
+``<object>.created`` or ``.updated`` event naming the API request that caused it, with that request's
+idempotency key, so the reconciler reads the events of the sends' hours and settles the write whose key is the
+record's: an update at once, a create by retrieving the object it made. For a searchable create this backs a
+search that lags. The real SDK over HTTP to FakeStripe, the ledger on SQLite and PostgreSQL; each case asserts
+what reached the fake (its requests, objects and events) and the ledger row.
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ import pytest
 import stripe
 import stripe.params as sdk
 
-from safe_effects import EffectRecord, EffectStatus, EffectUnknown, LookupKind
+from safe_effects import EffectRecord, EffectStatus, EffectUnknown, LookupKind, request_digest
 from safe_effects.testing import Fault
 from stripe_safe import contract_for
-from stripe_safe._contract import updated_by, updated_event_type
+from stripe_safe._contract import event_type, made_by
 from stripe_safe.testing import FakeStripe
 
-from .conftest import KEY, Env, raw_client
+from .conftest import KEY, PI, Env, raw_client
 
 KEY_WINDOW_PASSED = timedelta(hours=25)
 ACCOUNT = "acct_connected_1"
@@ -127,15 +128,17 @@ def test_an_event_of_another_object_under_the_same_key_is_not_taken(env: Env) ->
     assert (record.status, record.provider_result_id) == (EffectStatus.UNKNOWN, None)
 
 
-def test_only_an_updated_event_of_the_object_under_the_key_counts() -> None:
+def test_only_the_change_of_the_object_under_the_key_counts() -> None:
     event = {"type": "customer.updated", "data": {"object": {"id": "cus_1"}}, "request": {"idempotency_key": "k"}}
-    assert updated_by(event, "k", "cus_1")
-    assert not updated_by({**event, "type": "customer.created"}, "k", "cus_1")
-    assert not updated_by(event, "another key", "cus_1")
+    assert made_by(event, "k", "updated", "cus_1")
+    assert made_by({**event, "type": "customer.created"}, "k", "created")  # a create: any object it made
+    assert not made_by({**event, "type": "customer.created"}, "k", "updated", "cus_1")
+    assert not made_by(event, "another key", "updated", "cus_1")
     keyless = {**event, "request": {"id": "req_1", "idempotency_key": None}}  # a request sent without a key
-    assert not updated_by(keyless, None, "cus_1")  # ...is not the update of a record never sent
-    assert not updated_by(event, "k", "cus_2")
-    assert not updated_by({**event, "request": None}, "k", "cus_1")  # an automatic event (Stripe's own)
+    assert not made_by(keyless, None, "updated", "cus_1")  # ...is not the write of a record never sent
+    assert not made_by(event, "k", "updated", "cus_2")
+    assert not made_by({**event, "request": None}, "k", "updated", "cus_1")  # an automatic event (Stripe's own)
+    assert not made_by({**event, "data": {"object": {}}}, "k", "created")  # no object, nothing made
 
 
 def test_the_lookup_reads_past_the_first_page_of_a_busy_accounts_events(env: Env) -> None:
@@ -184,6 +187,106 @@ def test_the_events_lookup_uses_only_parameters_the_sdk_and_the_fake_have(fake: 
     raw = raw_client(fake.url)
     with pytest.raises(stripe.InvalidRequestError, match="unknown parameter: delivery_success"):
         raw.v1.events.list(params={"delivery_success": True})
-    assert updated_event_type("customers") == "customer.updated"
-    assert updated_event_type("subscriptions") == "customer.subscription.updated"
-    assert updated_event_type("issuing.cards") is None  # read unfiltered: namespaced names follow no one rule
+    assert event_type("customers", "updated") == "customer.updated"
+    assert event_type("coupons", "created") == "coupon.created"
+    assert event_type("subscriptions", "updated") == "customer.subscription.updated"
+    assert event_type("issuing.cards", "updated") is None  # read unfiltered: namespaced names follow no one rule
+
+
+# -- creates ---------------------------------------------------------------------------------------------------
+
+
+def test_a_lost_create_with_no_other_lookup_is_found_by_its_event(env: Env) -> None:
+    env.fake.inject(Fault.drop_after_commit(path_prefix="/v1/coupons"))
+    with pytest.raises(EffectUnknown):
+        env.client.v1.coupons.create(params={"percent_off": 10.0}, options={"idempotency_key": KEY})
+
+    record = _reconciled(env)
+
+    [coupon] = env.fake.objects("coupons")
+    assert env.fake.effect_count("coupons.create") == 1
+    assert len(env.fake.requests("POST", "/v1/coupons")) == 1  # never sent again
+    assert _event_reads(env.fake) == ["/v1/events", f"/v1/coupons/{coupon['id']}"]  # found, then retrieved
+    assert env.fake.requests("GET")[0].query["type"] == ["coupon.created"]
+    assert [lookup.kind for lookup in contract_for("coupons.create").lookups] == [
+        LookupKind.KEY_REPLAY,
+        LookupKind.EVENT_STREAM,
+    ]
+    assert (record.status, record.provider_result_id) == (EffectStatus.CONFIRMED, coupon["id"])
+    assert record.resolution is not None
+    assert record.resolution.method == "lookup:events"
+
+
+def test_a_created_object_deleted_since_is_judged_by_the_events_copy(env: Env) -> None:
+    env.fake.inject(Fault.drop_after_commit(path_prefix="/v1/coupons"))
+    with pytest.raises(EffectUnknown):
+        env.client.v1.coupons.create(params={"amount_off": 500, "currency": "eur"}, options={"idempotency_key": KEY})
+    [coupon] = env.fake.objects("coupons")
+    raw_client(env.fake.url).v1.coupons.delete(coupon["id"])  # someone retired it meanwhile
+
+    record = _reconciled(env)
+
+    assert env.fake.objects("coupons") == []
+    assert env.fake.effect_count("coupons.create") == 1
+    assert (record.status, record.provider_result_id) == (EffectStatus.CONFIRMED, coupon["id"])
+    assert record.response_digest == request_digest(coupon)  # the object as its event copied it
+
+
+def test_a_search_that_lags_is_backed_by_the_creates_event(env: Env) -> None:
+    env.fake.search_lag = KEY_WINDOW_PASSED * 2  # the search index has not caught up, in an incident
+    env.fake.inject(Fault.drop_after_commit(path_prefix="/v1/payment_intents"))
+    with pytest.raises(EffectUnknown):
+        env.client.v1.payment_intents.create(params=PI, options={"idempotency_key": KEY})  # type: ignore[arg-type]
+
+    record = _reconciled(env)
+
+    [payment_intent] = env.fake.payment_intents
+    assert env.fake.effect_count("payment_intents.create") == 1
+    assert env.posts("/v1/payment_intents") == 1
+    assert _event_reads(env.fake) == [
+        "/v1/payment_intents/search",  # nothing yet
+        "/v1/events",  # the create's event
+        f"/v1/payment_intents/{payment_intent['id']}",  # the object, for its state
+    ]
+    assert (record.status, record.provider_result_id) == (EffectStatus.CONFIRMED, payment_intent["id"])
+    assert record.resolution is not None
+    assert record.resolution.method == "lookup:events"
+
+
+DECLINED = {
+    "payment_intents": {**PI, "payment_method": "pm_card_chargeDeclined"},  # the PaymentIntent stays, unpaid
+    "charges": {"amount": 300, "currency": "eur", "source": "tok_chargeDeclined"},  # a Charge stays, "failed"
+}
+
+
+@pytest.mark.parametrize("kind", sorted(DECLINED))
+def test_a_declined_payment_found_by_its_event_is_rejected_not_confirmed(env: Env, kind: str) -> None:
+    env.fake.search_lag = KEY_WINDOW_PASSED * 2
+    env.fake.inject(Fault.drop_after_commit(path_prefix=f"/v1/{kind}"))
+    service = getattr(env.client.v1, kind)
+    with pytest.raises(EffectUnknown):
+        service.create(params=DECLINED[kind], options={"idempotency_key": KEY})
+
+    record = _reconciled(env)
+
+    [kept] = env.fake.objects(kind)
+    assert kept.get("status") == "failed" or kept["last_payment_error"]["code"] == "card_declined"
+    assert env.posts(f"/v1/{kind}") == 1
+    assert _event_reads(env.fake)[1:] == ["/v1/events", f"/v1/{kind}/{kept['id']}"]
+    assert (record.status, record.provider_result_id) == (EffectStatus.REJECTED, kept["id"])
+    assert record.resolution is not None
+    assert record.resolution.method == "lookup:events"
+
+
+def test_a_create_that_never_ran_is_found_by_neither_and_stays_unknown(env: Env) -> None:
+    env.fake.inject(Fault.drop_before_commit(path_prefix="/v1/payment_intents"))
+    with pytest.raises(EffectUnknown):
+        env.client.v1.payment_intents.create(params=PI, options={"idempotency_key": KEY})  # type: ignore[arg-type]
+    raw_client(env.fake.url).v1.payment_intents.create(params=PI, options={"idempotency_key": "another-caller"})  # type: ignore[arg-type]
+
+    record = _reconciled(env)
+
+    assert env.fake.effect_count("payment_intents.create") == 1  # the other caller's
+    assert _event_reads(env.fake) == ["/v1/payment_intents/search", "/v1/events"]
+    assert env.posts("/v1/payment_intents") == 2  # ours once, the other caller's once: nothing sent again
+    assert (record.status, record.provider_result_id) == (EffectStatus.UNKNOWN, None)

@@ -45,6 +45,7 @@ SDK_LIST_PARAMS: dict[str, Any] = {
     "customers": sdk.CustomerListParams,
     "invoices": sdk.InvoiceListParams,
     "subscriptions": sdk.SubscriptionListParams,
+    "coupons": sdk.CouponListParams,
 }
 
 

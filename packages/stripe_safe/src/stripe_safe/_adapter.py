@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from stripe import StripeError, StripeObject
+from stripe import InvalidRequestError, StripeError, StripeObject
 from stripe._base_address import BaseAddress
 from stripe._request_options import RequestOptions
 
@@ -27,16 +27,17 @@ from safe_effects import (
 from ._classify import classify
 from ._contract import (
     ACTION_DONE,
+    EVENT_CHANGES,
     LISTED_BY,
     PROVIDER,
     SEARCHABLE,
     contract_for,
     declined,
+    event_type,
+    made_by,
     matches_intent,
     provider_key,
     search_query,
-    updated_by,
-    updated_event_type,
 )
 
 
@@ -119,7 +120,13 @@ _DEPLOY_READS = (
         "a create lost past the 24 h key window",
         "by its stamped metadata",
     ),
-    _DeployRead("/v1/events", {"limit": 1}, "list events", "an update lost past the 24 h key window", "by its event"),
+    _DeployRead(
+        "/v1/events",
+        {"limit": 1},
+        "list events",
+        "an update or unsearched create lost past the key window",
+        "by its event",
+    ),
 )
 
 # pages of 100 events one lookup of an update reads, newest first: past them a miss is reported as such
@@ -195,17 +202,23 @@ class StripeAdapter:
         return self._transport.read(url, params, scope_options(record.summary)).to_dict(for_json=True)
 
     def lookup(self, record: EffectRecord) -> LookupResult:
-        """Search (stamped creates), list by parent (the other stamped creates), retrieve (actions on an object)
-        or read the events (updates)."""
+        """Search (stamped creates, backed by their events while the search lags), list by parent (the other
+        stamped creates), retrieve (actions on an object) or read the events (other creates, updates)."""
         resource, _, action = record.operation.rpartition(".")
         if action == "create" and resource in SEARCHABLE:
-            return self._search(resource, record)
+            searched = self._search(resource, record)
+            if searched.status is not LookupStatus.INCONCLUSIVE:
+                return searched
+            evented = self._events(record, resource, action)
+            if evented.status is not LookupStatus.INCONCLUSIVE:
+                return evented
+            return LookupResult(LookupStatus.INCONCLUSIVE, "search", detail={**searched.detail, **evented.detail})
         if record.operation in LISTED_BY:
             return self._list(record, *LISTED_BY[record.operation])
         if record.operation in ACTION_DONE:
             return self._retrieve(record, ACTION_DONE[record.operation])
-        if action == "update":
-            return self._updated_event(record, resource)
+        if action in EVENT_CHANGES:
+            return self._events(record, resource, action)
         return LookupResult(LookupStatus.INCONCLUSIVE, "none", detail={"reason": f"no lookup for {record.operation}"})
 
     def _search(self, resource: str, record: EffectRecord) -> LookupResult:
@@ -240,29 +253,49 @@ class StripeAdapter:
             LookupStatus.INCONCLUSIVE, "retrieve", provider_result_id=obj["id"], detail={"status": obj.get("status")}
         )
 
-    def _updated_event(self, record: EffectRecord, resource: str) -> LookupResult:
-        """An update took effect when Stripe logged the object's ``.updated`` event for the request that carried
-        the record's key. No such event proves nothing: an update that changed nothing makes none, and Stripe
-        lists only the last 30 days."""
-        object_id = record.summary["path"].rstrip("/").rsplit("/", 1)[-1]
+    def _events(self, record: EffectRecord, resource: str, action: str) -> LookupResult:
+        """A create or an update happened when Stripe logged its object's ``.created`` or ``.updated`` event for
+        the request that carried the record's key. No such event proves nothing: an update that changed nothing
+        makes none, not every object has events, and Stripe lists only the last 30 days."""
+        path = record.summary["path"].rstrip("/")
+        object_id = path.rsplit("/", 1)[-1] if action == "update" else None
+        change = EVENT_CHANGES[action]
         params: dict[str, Any] = {"created": _sent_between(record), "limit": 100}
-        if (event_type := updated_event_type(resource)) is not None:
-            params["type"] = event_type
+        if (kind := event_type(resource, change)) is not None:
+            params["type"] = kind
         read = 0
         for _ in range(EVENT_PAGES):
             page = self._read(record, "/v1/events", params)
             read += len(page["data"])
-            hit = next((event for event in page["data"] if updated_by(event, record.provider_key, object_id)), None)
+            hit = next(
+                (event for event in page["data"] if made_by(event, record.provider_key, change, object_id)), None
+            )
             if hit is not None:
-                return LookupResult(
-                    LookupStatus.FOUND,
-                    "events",
-                    provider_result_id=object_id,
-                    response_digest=request_digest(hit["data"]["object"]),
-                    evidence=f"stripe:event/{hit['id']}",
-                    detail={"event": hit["id"], "type": hit["type"]},
-                )
+                return self._made(record, path, hit)
             if not page.get("has_more") or not page["data"]:
                 return LookupResult(LookupStatus.INCONCLUSIVE, "events", detail={"events_read": read})
             params["starting_after"] = page["data"][-1]["id"]
         return LookupResult(LookupStatus.INCONCLUSIVE, "events", detail={"events_read": read, "more_left": True})
+
+    def _made(self, record: EffectRecord, path: str, event: Mapping[str, Any]) -> LookupResult:
+        """What ``event`` says of the record's write: an update happened; a create made an object, which is
+        retrieved, since a declined payment's object exists with nothing charged (``_found``). One deleted since
+        is judged by the event's own copy."""
+        written = event["data"]["object"]
+        detail = {"event": event["id"], "type": event["type"]}
+        if event["type"].endswith(".updated"):
+            return LookupResult(
+                LookupStatus.FOUND,
+                "events",
+                provider_result_id=written["id"],
+                response_digest=request_digest(written),
+                evidence=f"stripe:event/{event['id']}",
+                detail=detail,
+            )
+        try:
+            current = self._read(record, f"{path}/{written['id']}")
+        except InvalidRequestError as missing:
+            if missing.http_status != 404:
+                raise
+            current = dict(written)
+        return _found(current, "events", **detail)

@@ -112,14 +112,17 @@ RETRIEVE = LookupMethod(
 
 EVENTS = LookupMethod(
     kind=LookupKind.EVENT_STREAM,
-    description="list /v1/events of the object's '.updated' type made while the record was sent, and match the "
-    "event's request.idempotency_key (the key the update went out with) and the object's id: an update that "
-    "changed the object makes one; Stripe lists the last 30 days",
+    description="list /v1/events of the object's '.created' (a create) or '.updated' (an update) type made while "
+    "the record was sent, and match the event's request.idempotency_key, the key the write went out with (and, "
+    "for an update, the object's id); a created object is then retrieved for its state. Stripe lists the last "
+    "30 days; consistent, unlike the search",
     proves_absence=False,
     verified=False,  # documented (the Event object's request field), not observed against Stripe
 )
 # event names that are not the object's type: an update of /v1/subscriptions/sub_1 makes customer.subscription.updated
 _EVENT_NAMES = {"subscriptions": "customer.subscription"}
+# the event each kind of write makes for the object it writes
+EVENT_CHANGES: Mapping[str, str] = {"create": "created", "update": "updated"}
 
 BASE_CONTRACT = ProviderContract(
     provider=PROVIDER,
@@ -165,8 +168,8 @@ def contract_for(operation: str) -> ProviderContract:
         usable.append(SEARCH)
     if operation in LISTED_BY or operation in ACTION_DONE:
         usable.append(RETRIEVE)
-    if action == "update":
-        usable.append(EVENTS)
+    elif action in EVENT_CHANGES:
+        usable.append(EVENTS)  # a search that lags is backed by the create's event; an update has no other lookup
     update: dict[str, Any] = {"operation": operation, "lookups": tuple(usable)}
     if action == "delete":
         update["idempotency"] = NO_KEYS
@@ -416,27 +419,30 @@ def matches_intent(obj: Mapping[str, Any], intent_key: str, tenant: str) -> bool
     return bool(metadata.get(METADATA_INTENT) == intent_key and metadata.get(METADATA_TENANT) == tenant)
 
 
-def updated_event_type(resource: str) -> str | None:
-    """The event an update of ``resource`` makes (``customers`` → ``customer.updated``); None for a namespaced
-    resource (``issuing.cards``), whose event names follow no one rule, so its events are read unfiltered."""
+def event_type(resource: str, change: str) -> str | None:
+    """The event a write of ``resource`` makes (``customers``, ``updated`` → ``customer.updated``); None for a
+    namespaced resource (``issuing.cards``), whose event names follow no one rule, so its events are read
+    unfiltered."""
     if "." in resource:
         return None
-    return f"{_EVENT_NAMES.get(resource, resource.removesuffix('s'))}.updated"
+    return f"{_EVENT_NAMES.get(resource, resource.removesuffix('s'))}.{change}"
 
 
-def updated_by(event: Mapping[str, Any], provider_key: str | None, object_id: str) -> bool:
-    """Is ``event`` the change of ``object_id`` that the update sent with ``provider_key`` made? Stripe names the
-    API request that caused an event in its ``request``, with the idempotency key that request carried."""
+def made_by(event: Mapping[str, Any], provider_key: str | None, change: str, object_id: str | None = None) -> bool:
+    """Is ``event`` the ``change`` (``created``, ``updated``) that the write sent with ``provider_key`` made, of
+    ``object_id`` when one is given? Stripe names the API request that caused an event in its ``request``, with
+    the idempotency key that request carried."""
     request = event.get("request")
     data = event.get("data")
-    changed = data.get("object") if isinstance(data, Mapping) else None
+    written = data.get("object") if isinstance(data, Mapping) else None
     return (
         provider_key is not None
         and isinstance(request, Mapping)
         and request.get("idempotency_key") == provider_key
-        and isinstance(changed, Mapping)
-        and changed.get("id") == object_id
-        and str(event.get("type", "")).endswith(".updated")
+        and isinstance(written, Mapping)
+        and isinstance(written.get("id"), str)
+        and object_id in (None, written["id"])
+        and str(event.get("type", "")).endswith(f".{change}")
     )
 
 

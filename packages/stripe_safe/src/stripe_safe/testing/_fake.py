@@ -256,12 +256,25 @@ class FakeStripe:
                 return Result(refused.status, refused.body)
             if result.effect:
                 self._effects[operation] += 1
-                key = request.header("idempotency-key") if request.method == "POST" else None
-                self.event_log.record(
-                    operation, result.body, account=account, request_id=request_id, idempotency_key=key
-                )
+                written = self._written(result.body)
+                if written is not None:
+                    key = request.header("idempotency-key") if request.method == "POST" else None
+                    self.event_log.record(
+                        operation, written, account=account, request_id=request_id, idempotency_key=key
+                    )
             body = self.world.expanded(result.body, params.get("expand"))
             return Result(result.status, json.loads(json.dumps(body)), result.effect)  # a snapshot
+
+    def _written(self, body: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """The object a write changed: its answer, or for a decline (402) the PaymentIntent or Charge that its
+        error names, which Stripe keeps (and logs events for) though nothing was charged."""
+        if isinstance(body.get("object"), str):
+            return body
+        error = body.get("error") or {}
+        if isinstance(error.get("payment_intent"), dict):
+            return dict(error["payment_intent"])
+        charge = error.get("charge")
+        return self.world.objects["charges"].get(charge) if isinstance(charge, str) else None
 
     def _writes(self) -> Mapping[str, Callable[[str, Mapping[str, Any]], Result]]:
         w = self.world
@@ -274,6 +287,8 @@ class FakeStripe:
             "refunds.create": lambda _, p: w.create_refund(p),
             "customers.create": lambda _, p: w.create_customer(p),
             "customers.update": w.update_customer,
+            "coupons.create": lambda _, p: w.create_coupon(p),
+            "coupons.delete": w.delete_coupon,
             "charges.create": lambda _, p: w.create_charge(p),
             "invoices.create": lambda _, p: w.create_invoice(p),
             "invoices.pay": w.pay_invoice,

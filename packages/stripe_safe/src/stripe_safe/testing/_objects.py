@@ -103,6 +103,7 @@ LIST_FILTERS: Mapping[str, frozenset[str]] = {
     "invoiceitems": frozenset({"customer", "invoice"}),
     "setup_intents": frozenset({"customer", "payment_method"}),
     "checkout.sessions": frozenset({"customer", "payment_intent", "subscription", "status"}),
+    "coupons": frozenset(),
 }
 KINDS = tuple(LIST_FILTERS)
 _EVERY_LIST = frozenset({"created", "limit", "expand"})
@@ -359,6 +360,23 @@ class World:
             },
         )
         return Result(200, customer, effect=True)
+
+    def create_coupon(self, params: Mapping[str, Any]) -> Result:
+        """A coupon: neither searchable nor listed by a parent, so a lost one is found by its event alone."""
+        if "percent_off" not in params and "amount_off" not in params:
+            raise ApiError(400, "invalid_request_error", "Must provide one of amount_off or percent_off.")
+        fields = {k: params[k] for k in ("percent_off", "amount_off", "currency", "name") if k in params}
+        coupon = self._new(
+            "coupons",
+            "co",
+            {"object": "coupon", "duration": params.get("duration", "once"), "metadata": _metadata(params), **fields},
+        )
+        return Result(200, coupon, effect=True)
+
+    def delete_coupon(self, oid: str, params: Mapping[str, Any]) -> Result:
+        self.get("coupons", oid)
+        del self.objects["coupons"][oid]
+        return Result(200, {"id": oid, "object": "coupon", "deleted": True}, effect=True)
 
     def update_customer(self, oid: str, params: Mapping[str, Any]) -> Result:
         customer = self.get("customers", oid)
