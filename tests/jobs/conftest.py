@@ -1,7 +1,7 @@
 """Job queues for real: a worker of each queue in a process of its own, running ``_billing``'s job against a
-FakeStripe in this process, whose commit hook SIGKILLs the process that runs the job the moment Stripe has
-charged, before any answer leaves. The ledger is SQLite here: the crash window itself is tested on both
-stores by tests/failure_matrix."""
+FakeStripe in this process, armed with the shipped ``safe_crash`` trap: it SIGKILLs the process that runs the
+job the moment Stripe has charged, before any answer leaves. The ledger is SQLite here: the crash window
+itself is tested on both stores by tests/failure_matrix."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -20,7 +19,7 @@ import pytest
 
 import stripe_safe
 from safe_effects import EffectStatus, LeasePolicy, Ledger
-from safe_effects.testing import FakeRequest
+from safe_effects.testing import CrashKit, FakeRequest
 from stripe_safe.testing import FakeStripe
 
 HERE = Path(__file__).parent
@@ -39,29 +38,21 @@ def require_service(name: str, port: int) -> None:
         pytest.skip(why)
 
 
-class KillOnCharge:
-    """FakeStripe's commit hook: SIGKILL the process running the job once Stripe has charged, before it answers."""
-
-    def __init__(self, starts: Path) -> None:
-        self._starts = starts
-        self._lock = threading.Lock()
-        self.killed: list[int] = []
-
-    def __call__(self, request: FakeRequest) -> None:
-        with self._lock:
-            if self.killed or request.method != "POST" or not request.path.startswith("/v1/payment_intents"):
-                return
-            pid = int(self._starts.read_text().split()[-1])  # the run that sent this request wrote it first
-            os.kill(pid, signal.SIGKILL)  # synchronous: the process dies before this request is answered
-            self.killed.append(pid)
-
-
 class WorkerProcess:
     """A queue's worker in a process of its own (``python -m`` ``args``), serving ``queue`` from this folder
-    with ``_billing``'s environment; ready once its log shows ``ready``."""
+    with ``_billing``'s environment; ready once its log shows ``ready``. Its ``trap`` kills the process that
+    runs the job as Stripe charges."""
 
     def __init__(
-        self, tmp_path: Path, fake: FakeStripe, *, queue: str, args: list[str], env: dict[str, str], ready: str
+        self,
+        tmp_path: Path,
+        fake: FakeStripe,
+        safe_crash: CrashKit,
+        *,
+        queue: str,
+        args: list[str],
+        env: dict[str, str],
+        ready: str,
     ) -> None:
         self.queue = queue
         self.ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
@@ -81,8 +72,10 @@ class WorkerProcess:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", *args], cwd=HERE, env=environment, stdout=log, stderr=subprocess.STDOUT
             )
-        self.kill_on_charge = KillOnCharge(self.starts)
-        fake.server.on_committed(self.kill_on_charge)
+        # the run that sends the charge wrote its pid first; the trap fires once, on the first charge Stripe commits
+        self.trap = safe_crash.at(
+            fake.server, "after_provider_accept", pid=lambda: self.runs()[-1], path_prefix="/v1/payment_intents"
+        )
 
     def wait_ready(self) -> None:
         deadline = time.monotonic() + READY_WITHIN
@@ -124,10 +117,8 @@ def charges(fake: FakeStripe) -> list[FakeRequest]:
 def assert_run_again_and_charged_once(fake: FakeStripe, worker: WorkerProcess, payment_intent_id: str) -> None:
     """The job's process was killed as Stripe charged, another ran the job again, and the key's replay
     answered it: one charge, two requests under one key, the ledger confirmed with Stripe's id."""
-    assert worker.kill_on_charge.killed, "the hook never fired: nothing was killed"
-    runs = worker.runs()
-    assert runs[0] == worker.kill_on_charge.killed[0]
-    assert len(set(runs)) >= 2  # run again, in another process
+    assert worker.trap.fired, "nothing was killed"
+    assert len(set(worker.runs())) >= 2  # run again, in another process than the one killed
     assert fake.effect_count("payment_intents.create") == 1  # charged once...
     assert [p["id"] for p in fake.payment_intents] == [payment_intent_id]
     assert len(charges(fake)) >= 2  # ...though sent twice...
@@ -143,7 +134,8 @@ def assert_run_again_and_charged_once(fake: FakeStripe, worker: WorkerProcess, p
 def assert_only_the_reconciler_settles(fake: FakeStripe, worker: WorkerProcess) -> None:
     """The job ran once and was lost with its process; the charge happened, the intent is in doubt, and a
     reconciliation settles it by a lookup at Stripe, sending nothing."""
-    assert worker.runs() == worker.kill_on_charge.killed  # run once, never again
+    assert worker.trap.fired
+    assert len(worker.runs()) == 1  # run once, killed, never run again
     assert fake.effect_count("payment_intents.create") == 1  # the charge happened all the same
     adapter = stripe_safe.adapter_from_env({"STRIPE_API_KEY": "sk_test_jobs", "STRIPE_API_BASE": fake.url})
     with Ledger.open(worker.ledger_url, lease=LeasePolicy(duration=timedelta(seconds=2))) as ledger:

@@ -1,5 +1,5 @@
 """The README's Celery advice, run for real: a worker (prefork, one child) on RabbitMQ runs the billing job,
-and its child is SIGKILLed the moment Stripe charges (see conftest).
+and its child is SIGKILLed the moment Stripe charges (``safe_crash``'s trap, see conftest).
 
 - Acknowledged late (``task_acks_late`` and ``task_reject_on_worker_lost``, as the README says), the job goes
   back to the queue, a new child runs it with the same intent key, and the key's replay answers it.
@@ -20,6 +20,7 @@ from types import ModuleType
 import pytest
 from celery.exceptions import WorkerLostError
 
+from safe_effects.testing import CrashKit
 from stripe_safe.testing import FakeStripe
 
 from .conftest import (
@@ -49,7 +50,9 @@ def celery_app() -> Iterator[ModuleType]:
 
 
 @pytest.fixture
-def start_worker(tmp_path: Path, fake: FakeStripe, celery_app: ModuleType) -> Iterator[Callable[..., WorkerProcess]]:
+def start_worker(
+    tmp_path: Path, fake: FakeStripe, safe_crash: CrashKit, celery_app: ModuleType
+) -> Iterator[Callable[..., WorkerProcess]]:
     workers: list[WorkerProcess] = []
 
     def start(*, acks_late: bool) -> WorkerProcess:
@@ -57,7 +60,7 @@ def start_worker(tmp_path: Path, fake: FakeStripe, celery_app: ModuleType) -> It
         args = ["celery", "-A", "_celery_app", "worker", "--pool", "prefork", "--concurrency", "1"]
         args += ["--queues", queue, "--loglevel", "INFO", "--without-heartbeat", "--without-mingle", "--without-gossip"]
         env = {"BROKER_URL": BROKER_URL, "ACKS_LATE": "1" if acks_late else "0"}
-        workers.append(WorkerProcess(tmp_path, fake, queue=queue, args=args, env=env, ready=" ready."))
+        workers.append(WorkerProcess(tmp_path, fake, safe_crash, queue=queue, args=args, env=env, ready=" ready."))
         workers[-1].wait_ready()
         return workers[-1]
 

@@ -24,6 +24,7 @@ from rq import Queue, Retry
 from rq.job import Job, JobStatus
 from rq.registry import FailedJobRegistry
 
+from safe_effects.testing import CrashKit
 from stripe_safe.testing import FakeStripe
 
 from .conftest import (
@@ -60,7 +61,7 @@ def redis() -> Iterator[Redis]:
 
 @pytest.fixture
 def start_worker(
-    tmp_path: Path, fake: FakeStripe, redis: Redis, rq_jobs: ModuleType
+    tmp_path: Path, fake: FakeStripe, safe_crash: CrashKit, redis: Redis, rq_jobs: ModuleType
 ) -> Iterator[Callable[[], tuple[WorkerProcess, Queue]]]:
     workers: list[tuple[WorkerProcess, Queue]] = []
 
@@ -68,7 +69,7 @@ def start_worker(
         queue = Queue(f"safe-effects-test-{uuid.uuid4().hex[:8]}", connection=redis)
         # the scheduler runs a retry's interval; the worker's own log line says when it listens
         args = ["rq.cli", "worker", queue.name, "--with-scheduler", "--url", "redis://127.0.0.1:6379"]
-        worker = WorkerProcess(tmp_path, fake, queue=queue.name, args=args, env={}, ready="Listening on")
+        worker = WorkerProcess(tmp_path, fake, safe_crash, queue=queue.name, args=args, env={}, ready="Listening on")
         worker.wait_ready()
         workers.append((worker, queue))
         return worker, queue
