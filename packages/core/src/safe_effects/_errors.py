@@ -25,7 +25,7 @@
     │   ├── MigrationsPending         schema migrations this release needs are not applied yet
     │   └── StorePermissionDenied     the database refused this role a statement (names the grant to ask for)
     ├── ApprovalError                 the two-person rule refused an operator action
-    ├── UnguardedCall                 a wrapped client's call the ledger cannot guard (an async write): refused
+    ├── UnguardedCall                 a wrapped client's call the ledger cannot guard (a raw request): refused
     └── MissingDependency             an optional extra is not installed
 Each class carries a stable ``code`` for logs, metrics and the CLI's JSON output.
 """
@@ -371,8 +371,8 @@ class ApprovalError(SafeEffectsError):
 
 
 class UnguardedCall(SafeEffectsError, NotImplementedError):
-    """A wrapped client's method that the ledger cannot guard, such as an async write (the ledger is
-    synchronous): refused before anything is recorded or sent; the message names what to call instead."""
+    """A wrapped client's method that the ledger cannot guard, such as Stripe's ``raw_request`` POST or SES's
+    bulk send: refused before anything is recorded or sent; the message names what to call instead."""
 
     code = "unguarded_call"
 

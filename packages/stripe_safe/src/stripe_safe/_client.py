@@ -2,19 +2,21 @@
 
 The seam is ``_APIRequestor.request``: every v1/v2 service method (``client.v1.payment_intents.create`` and
 the ~500 others) ends there with the SDK's own call shape (method, url, params, options), so one override
-covers them all. Objects the SDK returns carry the same guarded requestor, so their instance methods are
-guarded too, and so are the objects inside an error a write raised (a decline's PaymentIntent). Reads pass
-straight through.
+covers them all; their ``_async`` twins end in ``request_async``, which runs it in a worker thread. Objects
+the SDK returns carry the same guarded requestor, so their instance methods are guarded too, and so are the
+objects inside an error a write raised (a decline's PaymentIntent). Reads pass straight through.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import logging
 from collections.abc import Mapping
 from typing import Any
 
+import anyio.to_thread
 import stripe
 from stripe._api_requestor import _APIRequestor
 from stripe._base_address import BaseAddress, BaseAddresses
@@ -147,18 +149,16 @@ def _header_safe(key: IntentKey) -> IntentKey:
     return key
 
 
-_SERVICE_INSTEAD = "make the call through its service (client.v1.<service>.<method>), which the ledger guards"
-_SYNC_INSTEAD = (
-    "call the synchronous method (create, not create_async); from async code, run it in a worker thread: "
-    "await asyncio.to_thread(client.v1.payment_intents.create, params=..., options=...)"
+_SERVICE_INSTEAD = (
+    "make the call through its service (client.v1.<service>.<method>, or its _async twin), which the ledger guards"
 )
 
 
-def _refuse_write(method: str, url: str, via: str, instead: str = _SYNC_INSTEAD) -> None:
+def _refuse_write(method: str, url: str, via: str) -> None:
     if method.lower() in WRITE_METHODS:
         raise UnguardedCall(
-            f"{via} {method.upper()} {url}: the ledger guards only synchronous service calls, so nothing was "
-            f"recorded or sent; {instead}"
+            f"{via} {method.upper()} {url}: the ledger guards only service calls, so nothing was recorded or "
+            f"sent; {_SERVICE_INSTEAD}"
         )
 
 
@@ -357,8 +357,15 @@ class _LedgerRequestor(_APIRequestor):
         base_address: BaseAddress,
         usage: list[str] | None = None,
     ) -> stripe.StripeObject:
-        _refuse_write(method, url, "an async")
-        return await super().request_async(method, url, params, options, base_address=base_address, usage=usage)
+        """Reads as the SDK makes them. A write (``create_async`` ...) is the synchronous, ledger-guarded call run
+        in a worker thread, anyio's, so under asyncio or trio: the ledger and the SDK's requests client are
+        synchronous. A cancelled await returns at once and leaves the call to finish in its thread, where its
+        outcome is recorded, so a claim is never left half-done by a timeout."""
+        if method.lower() not in WRITE_METHODS:
+            return await super().request_async(method, url, params, options, base_address=base_address, usage=usage)
+        guarded = functools.partial(self.request, method, url, params, options, base_address=base_address, usage=usage)
+        answer: stripe.StripeObject = await anyio.to_thread.run_sync(guarded, abandon_on_cancel=True)
+        return answer
 
     def request_stream(
         self,
@@ -370,7 +377,7 @@ class _LedgerRequestor(_APIRequestor):
         base_address: BaseAddress,
         usage: list[str] | None = None,
     ) -> StripeStreamResponse:
-        _refuse_write(method, url, "a streaming", _SERVICE_INSTEAD)
+        _refuse_write(method, url, "a streaming")
         return super().request_stream(method, url, params, options, base_address=base_address, usage=usage)
 
     async def request_stream_async(
@@ -536,7 +543,7 @@ class StripeClient(stripe.StripeClient):
         return self._view(self._requestor.rescoped(scoped))
 
     def raw_request(self, method_: str, url_: str, **params: Any) -> Any:
-        _refuse_write(method_, url_, "raw_request", _SERVICE_INSTEAD)
+        _refuse_write(method_, url_, "raw_request")
         return super().raw_request(method_, url_, **params)
 
     async def raw_request_async(self, method_: str, url_: str, **params: Any) -> Any:
