@@ -124,12 +124,12 @@ _DEPLOY_READS = (
         "/v1/events",
         {"limit": 1},
         "list events",
-        "an update or unsearched create lost past the key window",
+        "an update, or a create no search finds, lost past the 24 h key window",
         "by its event",
     ),
 )
 
-# pages of 100 events one lookup of an update reads, newest first: past them a miss is reported as such
+# pages of 100 events one events lookup reads, newest first: past them a miss says more were left unread
 EVENT_PAGES = 10
 
 
