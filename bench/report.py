@@ -392,8 +392,12 @@ The `cpu_split.py` table above is measured in this run; the rest comes from diag
   105 ms in two runs after v4, whose commits are the raw pair's statements: the audit rows were not the
   cause. CPU between the commits is: 8 processes running the raw pair had a 99th percentile of 1.9-4 ms,
   and 80-86 ms once each also spent 150 us of CPU after every effect, outside any transaction (2026-11-30,
-  a diagnostic script, two runs each). The slowest call took 0.4-5 s in every mode. That is SQLite's
-  locking on 2 cores; the core README says when to use PostgreSQL.
+  a diagnostic script, two runs each). The slowest call took 0.4-5 s in every mode. A shorter wait was
+  tried on 2026-12-01 (stop 31) and dropped: `BEGIN IMMEDIATE` retried from Python every 50 us to 1 ms,
+  jittered, with SQLite's busy timeout at 0, cut the executor's 8-worker 99th percentile from 138 to 49 ms
+  and its slowest call from 1.8 s to 0.11 s, but raised its median from 0.69 to 6.98 ms: on 2 cores the
+  polling waiters take the CPU the lock holder needs. That is SQLite's locking on 2 cores; the core README
+  says when to use PostgreSQL.
 - **Not one piece, many steps (2026-11-30, a 2-vCPU VM with slow fsync, yardstick 42 ms).** On a RAM-backed
   SQLite file, interleaved with the raw pair (131-161 us): the store's own two statements, pre-encoded, cost
   1.20 x the raw pair (29 bound columns against the floor's literals); the store's API, with its encoding and
