@@ -69,7 +69,8 @@ def _updated_lost(env: Env, case: Updated, fault: Callable[..., Fault], **option
     return oid
 
 
-def _event_reads(fake: FakeStripe) -> list[str]:
+def _reads(fake: FakeStripe) -> list[str]:
+    """The paths of every GET FakeStripe received, in order: what the lookup read."""
     return [r.path for r in fake.requests("GET")]
 
 
@@ -108,7 +109,7 @@ def test_an_update_that_never_ran_stays_unknown_and_is_not_sent_again(env: Env) 
     assert env.fake.effect_count("customers.update") == 2  # the other two
     assert len([e for e in env.fake.events if e["type"] == "customer.updated"]) == 2
     assert len(env.fake.requests("POST", f"/v1/customers/{oid}")) == 2  # ours once, the other caller's once
-    assert _event_reads(env.fake) == ["/v1/events"]
+    assert _reads(env.fake) == ["/v1/events"]
     assert (record.status, record.provider_result_id) == (EffectStatus.UNKNOWN, None)
 
 
@@ -206,7 +207,7 @@ def test_a_lost_create_with_no_other_lookup_is_found_by_its_event(env: Env) -> N
     [coupon] = env.fake.objects("coupons")
     assert env.fake.effect_count("coupons.create") == 1
     assert len(env.fake.requests("POST", "/v1/coupons")) == 1  # never sent again
-    assert _event_reads(env.fake) == ["/v1/events", f"/v1/coupons/{coupon['id']}"]  # found, then retrieved
+    assert _reads(env.fake) == ["/v1/events", f"/v1/coupons/{coupon['id']}"]  # found, then retrieved
     assert env.fake.requests("GET")[0].query["type"] == ["coupon.created"]
     assert [lookup.kind for lookup in contract_for("coupons.create").lookups] == [
         LookupKind.KEY_REPLAY,
@@ -243,7 +244,7 @@ def test_a_search_that_lags_is_backed_by_the_creates_event(env: Env) -> None:
     [payment_intent] = env.fake.payment_intents
     assert env.fake.effect_count("payment_intents.create") == 1
     assert env.posts("/v1/payment_intents") == 1
-    assert _event_reads(env.fake) == [
+    assert _reads(env.fake) == [
         "/v1/payment_intents/search",  # nothing yet
         "/v1/events",  # the create's event
         f"/v1/payment_intents/{payment_intent['id']}",  # the object, for its state
@@ -272,7 +273,7 @@ def test_a_declined_payment_found_by_its_event_is_rejected_not_confirmed(env: En
     [kept] = env.fake.objects(kind)
     assert kept.get("status") == "failed" or kept["last_payment_error"]["code"] == "card_declined"
     assert env.posts(f"/v1/{kind}") == 1
-    assert _event_reads(env.fake)[1:] == ["/v1/events", f"/v1/{kind}/{kept['id']}"]
+    assert _reads(env.fake)[1:] == ["/v1/events", f"/v1/{kind}/{kept['id']}"]
     assert (record.status, record.provider_result_id) == (EffectStatus.REJECTED, kept["id"])
     assert record.resolution is not None
     assert record.resolution.method == "lookup:events"
@@ -287,6 +288,6 @@ def test_a_create_that_never_ran_is_found_by_neither_and_stays_unknown(env: Env)
     record = _reconciled(env)
 
     assert env.fake.effect_count("payment_intents.create") == 1  # the other caller's
-    assert _event_reads(env.fake) == ["/v1/payment_intents/search", "/v1/events"]
+    assert _reads(env.fake) == ["/v1/payment_intents/search", "/v1/events"]
     assert env.posts("/v1/payment_intents") == 2  # ours once, the other caller's once: nothing sent again
     assert (record.status, record.provider_result_id) == (EffectStatus.UNKNOWN, None)
