@@ -41,8 +41,8 @@ class EventLog:
 
     @property
     def events(self) -> list[dict[str, Any]]:
-        """Every event, oldest first, whatever its account and age."""
-        return [logged.event for logged in self._logged]
+        """Every event, oldest first, whatever its account and age: copies, as a test may change what it reads."""
+        return [copy.deepcopy(logged.event) for logged in self._logged]
 
     def record(
         self, operation: str, obj: Mapping[str, Any], *, account: str, request_id: str, idempotency_key: str | None
