@@ -20,8 +20,9 @@ import stripe.params as sdk
 from safe_effects import EffectRecord, EffectStatus, EffectUnknown, LookupKind, request_digest
 from safe_effects.testing import Fault
 from stripe_safe import contract_for
-from stripe_safe._contract import event_type, made_by
+from stripe_safe._contract import event_types, made_by
 from stripe_safe.testing import FakeStripe
+from stripe_safe.testing._form import decode_query
 
 from .conftest import KEY, PI, Env, raw_client
 
@@ -86,7 +87,7 @@ def test_a_lost_update_is_confirmed_after_the_window_by_its_event(env: Env, oper
     assert env.fake.effect_count(operation) == 1
     assert len(env.fake.requests("POST", f"/v1/{case.kind}/{oid}")) == 1  # never sent again
     [read] = env.fake.requests("GET")
-    assert (read.path, read.query["type"]) == ("/v1/events", [f"{case.kind.removesuffix('s')}.updated"])
+    assert (read.path, decode_query(read.query)["types"]) == ("/v1/events", [f"{case.kind.removesuffix('s')}.updated"])
     [event] = [e for e in env.fake.events if e["type"].endswith(".updated")]
     assert event["request"]["idempotency_key"] == record.provider_key
     assert contract_for(operation).lookups[-1].kind is LookupKind.EVENT_STREAM
@@ -131,15 +132,20 @@ def test_an_event_of_another_object_under_the_same_key_is_not_taken(env: Env) ->
 
 def test_only_the_change_of_the_object_under_the_key_counts() -> None:
     event = {"type": "customer.updated", "data": {"object": {"id": "cus_1"}}, "request": {"idempotency_key": "k"}}
-    assert made_by(event, "k", "updated", "cus_1")
-    assert made_by({**event, "type": "customer.created"}, "k", "created")  # a create: any object it made
-    assert not made_by({**event, "type": "customer.created"}, "k", "updated", "cus_1")
-    assert not made_by(event, "another key", "updated", "cus_1")
+    assert made_by(event, "k", "customers", "update", "cus_1")
+    assert made_by({**event, "type": "customer.created"}, "k", "customers", "create")  # any object it made
+    assert not made_by({**event, "type": "customer.created"}, "k", "customers", "update", "cus_1")
+    assert not made_by(event, "another key", "customers", "update", "cus_1")
     keyless = {**event, "request": {"id": "req_1", "idempotency_key": None}}  # a request sent without a key
-    assert not made_by(keyless, None, "updated", "cus_1")  # ...is not the write of a record never sent
-    assert not made_by(event, "k", "updated", "cus_2")
-    assert not made_by({**event, "request": None}, "k", "updated", "cus_1")  # an automatic event (Stripe's own)
-    assert not made_by({**event, "data": {"object": {}}}, "k", "created")  # no object, nothing made
+    assert not made_by(keyless, None, "customers", "update", "cus_1")  # ...is not the write of a record never sent
+    assert not made_by(event, "k", "customers", "update", "cus_2")
+    assert not made_by({**event, "request": None}, "k", "customers", "update", "cus_1")  # Stripe's own event
+    assert not made_by({**event, "data": {"object": {}}}, "k", "customers", "update")  # no object, nothing made
+    charged = {**event, "type": "charge.failed", "data": {"object": {"id": "ch_1"}}}  # no charge.created exists
+    assert made_by(charged, "k", "charges", "create")
+    assert not made_by({**charged, "type": "charge.refunded"}, "k", "charges", "create")
+    namespaced = {**event, "type": "issuing_card.updated", "data": {"object": {"id": "ic_1"}}}
+    assert made_by(namespaced, "k", "issuing.cards", "update", "ic_1")  # read unfiltered, matched by suffix
 
 
 def test_the_lookup_reads_past_the_first_page_of_a_busy_accounts_events(env: Env) -> None:
@@ -188,10 +194,11 @@ def test_the_events_lookup_uses_only_parameters_the_sdk_and_the_fake_have(fake: 
     raw = raw_client(fake.url)
     with pytest.raises(stripe.InvalidRequestError, match="unknown parameter: delivery_success"):
         raw.v1.events.list(params={"delivery_success": True})
-    assert event_type("customers", "updated") == "customer.updated"
-    assert event_type("coupons", "created") == "coupon.created"
-    assert event_type("subscriptions", "updated") == "customer.subscription.updated"
-    assert event_type("issuing.cards", "updated") is None  # read unfiltered: namespaced names follow no one rule
+    assert event_types("customers", "update") == ("customer.updated",)
+    assert event_types("coupons", "create") == ("coupon.created",)
+    assert event_types("subscriptions", "update") == ("customer.subscription.updated",)
+    assert event_types("charges", "create") == ("charge.succeeded", "charge.failed", "charge.pending")
+    assert event_types("issuing.cards", "update") is None  # read unfiltered: namespaced names follow no one rule
 
 
 # -- creates ---------------------------------------------------------------------------------------------------
@@ -208,7 +215,7 @@ def test_a_lost_create_with_no_other_lookup_is_found_by_its_event(env: Env) -> N
     assert env.fake.effect_count("coupons.create") == 1
     assert len(env.fake.requests("POST", "/v1/coupons")) == 1  # never sent again
     assert _reads(env.fake) == ["/v1/events", f"/v1/coupons/{coupon['id']}"]  # found, then retrieved
-    assert env.fake.requests("GET")[0].query["type"] == ["coupon.created"]
+    assert decode_query(env.fake.requests("GET")[0].query)["types"] == ["coupon.created"]
     assert [lookup.kind for lookup in contract_for("coupons.create").lookups] == [
         LookupKind.KEY_REPLAY,
         LookupKind.EVENT_STREAM,
@@ -258,6 +265,7 @@ DECLINED = {
     "payment_intents": {**PI, "payment_method": "pm_card_chargeDeclined"},  # the PaymentIntent stays, unpaid
     "charges": {"amount": 300, "currency": "eur", "source": "tok_chargeDeclined"},  # a Charge stays, "failed"
 }
+LOGGED_AS = {"payment_intents": "payment_intent.created", "charges": "charge.failed"}  # Stripe has no charge.created
 
 
 @pytest.mark.parametrize("kind", sorted(DECLINED))
@@ -273,6 +281,7 @@ def test_a_declined_payment_found_by_its_event_is_rejected_not_confirmed(env: En
     [kept] = env.fake.objects(kind)
     assert kept.get("status") == "failed" or kept["last_payment_error"]["code"] == "card_declined"
     assert env.posts(f"/v1/{kind}") == 1
+    assert [e["type"] for e in env.fake.events if e["data"]["object"]["id"] == kept["id"]] == [LOGGED_AS[kind]]
     assert _reads(env.fake)[1:] == ["/v1/events", f"/v1/{kind}/{kept['id']}"]
     assert (record.status, record.provider_result_id) == (EffectStatus.REJECTED, kept["id"])
     assert record.resolution is not None

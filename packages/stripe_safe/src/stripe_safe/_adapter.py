@@ -33,7 +33,7 @@ from ._contract import (
     SEARCHABLE,
     contract_for,
     declined,
-    event_type,
+    event_types,
     made_by,
     matches_intent,
     provider_key,
@@ -259,31 +259,29 @@ class StripeAdapter:
         makes none, not every object has events, and Stripe lists only the last 30 days."""
         path = record.summary["path"].rstrip("/")
         object_id = path.rsplit("/", 1)[-1] if action == "update" else None
-        change = EVENT_CHANGES[action]
         params: dict[str, Any] = {"created": _sent_between(record), "limit": 100}
-        if (kind := event_type(resource, change)) is not None:
-            params["type"] = kind
+        if (kinds := event_types(resource, action)) is not None:
+            params["types"] = list(kinds)
         read = 0
         for _ in range(EVENT_PAGES):
             page = self._read(record, "/v1/events", params)
             read += len(page["data"])
-            hit = next(
-                (event for event in page["data"] if made_by(event, record.provider_key, change, object_id)), None
-            )
+            mine = (event for event in page["data"] if made_by(event, record.provider_key, resource, action, object_id))
+            hit = next(mine, None)
             if hit is not None:
-                return self._made(record, path, hit)
+                return self._made(record, path, hit, action)
             if not page.get("has_more") or not page["data"]:
                 return LookupResult(LookupStatus.INCONCLUSIVE, "events", detail={"events_read": read})
             params["starting_after"] = page["data"][-1]["id"]
         return LookupResult(LookupStatus.INCONCLUSIVE, "events", detail={"events_read": read, "more_left": True})
 
-    def _made(self, record: EffectRecord, path: str, event: Mapping[str, Any]) -> LookupResult:
+    def _made(self, record: EffectRecord, path: str, event: Mapping[str, Any], action: str) -> LookupResult:
         """What ``event`` says of the record's write: an update happened; a create made an object, which is
         retrieved, since a declined payment's object exists with nothing charged (``_found``). One deleted since
         is judged by the event's own copy."""
         written = event["data"]["object"]
         detail = {"event": event["id"], "type": event["type"]}
-        if event["type"].endswith(".updated"):
+        if action == "update":
             return LookupResult(
                 LookupStatus.FOUND,
                 "events",

@@ -123,6 +123,8 @@ EVENTS = LookupMethod(
 _EVENT_NAMES = {"subscriptions": "customer.subscription"}
 # the event each kind of write makes for the object it writes
 EVENT_CHANGES: Mapping[str, str] = {"create": "created", "update": "updated"}
+# creates that make no <object>.created event: a charge is logged by its outcome (docs.stripe.com/api/events/types)
+_CREATION_EVENTS: Mapping[str, tuple[str, ...]] = {"charges": ("charge.succeeded", "charge.failed", "charge.pending")}
 
 BASE_CONTRACT = ProviderContract(
     provider=PROVIDER,
@@ -419,22 +421,29 @@ def matches_intent(obj: Mapping[str, Any], intent_key: str, tenant: str) -> bool
     return bool(metadata.get(METADATA_INTENT) == intent_key and metadata.get(METADATA_TENANT) == tenant)
 
 
-def event_type(resource: str, change: str) -> str | None:
-    """The event a write of ``resource`` makes (``customers``, ``updated`` → ``customer.updated``); None for a
+def event_types(resource: str, action: str) -> tuple[str, ...] | None:
+    """The events a create or update of ``resource`` makes for its object (``customers``, ``update`` →
+    ``customer.updated``; a charge's create → ``charge.succeeded`` or ``.failed`` or ``.pending``); None for a
     namespaced resource (``issuing.cards``), whose event names follow no one rule, so its events are read
-    unfiltered."""
+    unfiltered and matched by the ``.created`` / ``.updated`` suffix."""
+    if action == "create" and resource in _CREATION_EVENTS:
+        return _CREATION_EVENTS[resource]
     if "." in resource:
         return None
-    return f"{_EVENT_NAMES.get(resource, resource.removesuffix('s'))}.{change}"
+    return (f"{_EVENT_NAMES.get(resource, resource.removesuffix('s'))}.{EVENT_CHANGES[action]}",)
 
 
-def made_by(event: Mapping[str, Any], provider_key: str | None, change: str, object_id: str | None = None) -> bool:
-    """Is ``event`` the ``change`` (``created``, ``updated``) that the write sent with ``provider_key`` made, of
+def made_by(
+    event: Mapping[str, Any], provider_key: str | None, resource: str, action: str, object_id: str | None = None
+) -> bool:
+    """Is ``event`` one that the ``action`` (create, update) of ``resource`` sent with ``provider_key`` made, of
     ``object_id`` when one is given? Stripe names the API request that caused an event in its ``request``, with
     the idempotency key that request carried."""
     request = event.get("request")
     data = event.get("data")
     written = data.get("object") if isinstance(data, Mapping) else None
+    kind = str(event.get("type", ""))
+    expected = event_types(resource, action)
     return (
         provider_key is not None
         and isinstance(request, Mapping)
@@ -442,7 +451,7 @@ def made_by(event: Mapping[str, Any], provider_key: str | None, change: str, obj
         and isinstance(written, Mapping)
         and isinstance(written.get("id"), str)
         and object_id in (None, written["id"])
-        and str(event.get("type", "")).endswith(f".{change}")
+        and (kind in expected if expected is not None else kind.endswith(f".{EVENT_CHANGES[action]}"))
     )
 
 

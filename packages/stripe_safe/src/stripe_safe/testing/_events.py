@@ -2,7 +2,8 @@
 
 Each event carries ``request.id`` and ``request.idempotency_key``, the API request that caused it, as Stripe's
 do. Real Stripe sends more kinds (``payment_intent.succeeded``, ``charge.refunded`` ...); the fake makes the
-``.created`` and ``.updated`` of the object a write returns, which is what a lookup by events reads.
+``.created`` and ``.updated`` of the object a write returns (a charge's create as ``charge.succeeded`` or
+``charge.failed``: Stripe has no ``charge.created``), which is what a lookup by events reads.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from ._objects import ApiError, created_in
 
 EVENT_RETENTION = timedelta(days=30)  # GET /v1/events lists the last 30 days (docs.stripe.com/api/events/list)
 _EVENT_NAMES = {"subscription": "customer.subscription"}  # events named otherwise than their object
-_LIST_PARAMS = frozenset({"created", "limit", "type", "starting_after"})
+_LIST_PARAMS = frozenset({"created", "limit", "type", "types", "starting_after"})
 _PAST_TENSE = {"create": "created", "update": "updated"}
 
 
@@ -52,6 +53,8 @@ class EventLog:
         kind = obj.get("object")
         if past is None or not isinstance(kind, str):
             return
+        if kind == "charge" and past == "created":  # Stripe has no charge.created: a charge is logged by outcome
+            past = str(obj.get("status"))
         now = self._clock()
         event = {
             "id": f"evt_F{next(self._ids):07d}",
@@ -67,8 +70,8 @@ class EventLog:
 
     def listed(self, query: Mapping[str, Any], account: str) -> dict[str, Any]:
         """One page of ``account``'s events of the last 30 days, newest first, as Stripe's list answers it: by
-        ``created`` (a value or a range), ``type`` (exact, or a prefix ending in ``.*``), ``limit`` (1-100,
-        10 by default) and ``starting_after`` (the last id of the page before)."""
+        ``created`` (a value or a range), ``type`` (exact, or a prefix ending in ``.*``) or ``types`` (any of a
+        list), ``limit`` (1-100, 10 by default) and ``starting_after`` (the last id of the page before)."""
         unknown = sorted(set(query) - _LIST_PARAMS)
         if unknown:
             raise ApiError(400, "invalid_request_error", f"Received unknown parameter: {unknown[0]}", param=unknown[0])
@@ -76,14 +79,14 @@ class EventLog:
         if not 1 <= limit <= 100:
             raise ApiError(400, "invalid_request_error", "Limit must be between 1 and 100.", param="limit")
         since = self._clock() - EVENT_RETENTION
-        wanted = str(query.get("type", ""))
+        wanted = [str(query["type"])] if "type" in query else [str(kind) for kind in query.get("types", [])]
         found = [
             logged.event
             for logged in reversed(self._logged)
             if logged.account == account
             and logged.at >= since
             and created_in(logged.event, query.get("created"))
-            and _type_matches(logged.event["type"], wanted)
+            and (not wanted or any(_type_matches(logged.event["type"], kind) for kind in wanted))
         ]
         after = query.get("starting_after")
         if after is not None:
@@ -95,8 +98,6 @@ class EventLog:
 
 
 def _type_matches(kind: str, wanted: str) -> bool:
-    if not wanted:
-        return True
     if wanted.endswith(".*"):
         return kind.startswith(wanted[:-1])
     return kind == wanted
