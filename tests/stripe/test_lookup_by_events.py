@@ -42,16 +42,22 @@ def _customer(raw: stripe.StripeClient, options: dict[str, str]) -> str:
     return raw.v1.customers.create(params={"email": "a@example.com"}, options=options).id  # type: ignore[arg-type]
 
 
+def _subscription(raw: stripe.StripeClient, options: dict[str, str]) -> str:
+    customer = _customer(raw, options)
+    return raw.v1.subscriptions.create(params={"customer": customer}, options=options).id  # type: ignore[arg-type]
+
+
 def _payment_intent(raw: stripe.StripeClient, options: dict[str, str]) -> str:
     return raw.v1.payment_intents.create(params={"amount": 900, "currency": "eur"}, options=options).id  # type: ignore[arg-type]
 
 
 UPDATED = {
     "customers.update": Updated("customers", _customer, lambda v1: v1.customers, {"email": "b@example.com"}),
-    "payment_intents.update": Updated(
-        "payment_intents", _payment_intent, lambda v1: v1.payment_intents, {"description": "order 42"}
+    "subscriptions.update": Updated(  # logged as customer.subscription.updated
+        "subscriptions", _subscription, lambda v1: v1.subscriptions, {"description": "gold plan"}
     ),
 }
+UPDATED_AS = {"customers": "customer.updated", "subscriptions": "customer.subscription.updated"}
 
 
 def _reconciled(env: Env, *, after: timedelta = KEY_WINDOW_PASSED) -> EffectRecord:
@@ -87,13 +93,29 @@ def test_a_lost_update_is_confirmed_after_the_window_by_its_event(env: Env, oper
     assert env.fake.effect_count(operation) == 1
     assert len(env.fake.requests("POST", f"/v1/{case.kind}/{oid}")) == 1  # never sent again
     [read] = env.fake.requests("GET")
-    assert (read.path, decode_query(read.query)["types"]) == ("/v1/events", [f"{case.kind.removesuffix('s')}.updated"])
+    assert (read.path, decode_query(read.query)["types"]) == ("/v1/events", [UPDATED_AS[case.kind]])
     [event] = [e for e in env.fake.events if e["type"].endswith(".updated")]
     assert event["request"]["idempotency_key"] == record.provider_key
     assert contract_for(operation).lookups[-1].kind is LookupKind.EVENT_STREAM
     assert (record.status, record.provider_result_id) == (EffectStatus.CONFIRMED, oid)
     assert record.resolution is not None
     assert record.resolution.method == "lookup:events"
+
+
+def test_an_update_stripe_logs_no_event_for_waits_for_an_operator(env: Env) -> None:
+    """Stripe has no payment_intent.updated: there is nothing to read, so nothing is read."""
+    oid = _payment_intent(raw_client(env.fake.url), {})
+    env.fake.inject(Fault.drop_after_commit(path_prefix=f"/v1/payment_intents/{oid}"))
+    with pytest.raises(EffectUnknown):
+        env.client.v1.payment_intents.update(oid, params={"description": "x"}, options={"idempotency_key": KEY})
+
+    record = _reconciled(env)
+
+    assert env.fake.effect_count("payment_intents.update") == 1  # it happened...
+    assert [e["type"] for e in env.fake.events] == ["payment_intent.created"]  # ...and, as on Stripe, unlogged
+    assert _reads(env.fake) == []
+    assert [lookup.kind for lookup in contract_for("payment_intents.update").lookups] == [LookupKind.KEY_REPLAY]
+    assert (record.status, record.provider_result_id) == (EffectStatus.UNKNOWN, None)
 
 
 def test_an_update_that_never_ran_stays_unknown_and_is_not_sent_again(env: Env) -> None:

@@ -27,13 +27,13 @@ from safe_effects import (
 from ._classify import classify
 from ._contract import (
     ACTION_DONE,
-    EVENT_CHANGES,
     LISTED_BY,
     PROVIDER,
     SEARCHABLE,
     contract_for,
     declined,
     event_types,
+    logs_events,
     made_by,
     matches_intent,
     provider_key,
@@ -217,7 +217,7 @@ class StripeAdapter:
             return self._list(record, *LISTED_BY[record.operation])
         if record.operation in ACTION_DONE:
             return self._retrieve(record, ACTION_DONE[record.operation])
-        if action in EVENT_CHANGES:
+        if logs_events(resource, action):
             return self._events(record, resource, action)
         return LookupResult(LookupStatus.INCONCLUSIVE, "none", detail={"reason": f"no lookup for {record.operation}"})
 

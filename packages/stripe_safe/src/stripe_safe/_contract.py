@@ -123,8 +123,13 @@ EVENTS = LookupMethod(
 _EVENT_NAMES = {"subscriptions": "customer.subscription"}
 # the event each kind of write makes for the object it writes
 EVENT_CHANGES: Mapping[str, str] = {"create": "created", "update": "updated"}
-# creates that make no <object>.created event: a charge is logged by its outcome (docs.stripe.com/api/events/types)
-_CREATION_EVENTS: Mapping[str, tuple[str, ...]] = {"charges": ("charge.succeeded", "charge.failed", "charge.pending")}
+# writes Stripe logs under other names than <object>.created / .updated, or not at all: a charge is logged by its
+# outcome; a PaymentIntent's or SetupIntent's update, by nothing (docs.stripe.com/api/events/types)
+_MADE_EVENTS: Mapping[tuple[str, str], tuple[str, ...]] = {
+    ("charges", "create"): ("charge.succeeded", "charge.failed", "charge.pending"),
+    ("payment_intents", "update"): (),
+    ("setup_intents", "update"): (),
+}
 
 BASE_CONTRACT = ProviderContract(
     provider=PROVIDER,
@@ -170,7 +175,7 @@ def contract_for(operation: str) -> ProviderContract:
         usable.append(SEARCH)
     if operation in LISTED_BY or operation in ACTION_DONE:
         usable.append(RETRIEVE)
-    elif action in EVENT_CHANGES:
+    elif logs_events(resource, action):
         usable.append(EVENTS)  # a search that lags is backed by the create's event; an update has no other lookup
     update: dict[str, Any] = {"operation": operation, "lookups": tuple(usable)}
     if action == "delete":
@@ -423,14 +428,19 @@ def matches_intent(obj: Mapping[str, Any], intent_key: str, tenant: str) -> bool
 
 def event_types(resource: str, action: str) -> tuple[str, ...] | None:
     """The events a create or update of ``resource`` makes for its object (``customers``, ``update`` →
-    ``customer.updated``; a charge's create → ``charge.succeeded`` or ``.failed`` or ``.pending``); None for a
-    namespaced resource (``issuing.cards``), whose event names follow no one rule, so its events are read
-    unfiltered and matched by the ``.created`` / ``.updated`` suffix."""
-    if action == "create" and resource in _CREATION_EVENTS:
-        return _CREATION_EVENTS[resource]
+    ``customer.updated``; a charge's create → ``charge.succeeded`` or ``.failed`` or ``.pending``; none for a
+    PaymentIntent's update); None for a namespaced resource (``issuing.cards``), whose event names follow no one
+    rule, so its events are read unfiltered and matched by the ``.created`` / ``.updated`` suffix."""
+    if (resource, action) in _MADE_EVENTS:
+        return _MADE_EVENTS[resource, action]
     if "." in resource:
         return None
     return (f"{_EVENT_NAMES.get(resource, resource.removesuffix('s'))}.{EVENT_CHANGES[action]}",)
+
+
+def logs_events(resource: str, action: str) -> bool:
+    """Whether Stripe logs an event for this create or update of ``resource`` that a lookup can find."""
+    return action in EVENT_CHANGES and event_types(resource, action) != ()
 
 
 def made_by(

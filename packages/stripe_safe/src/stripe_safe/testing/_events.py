@@ -21,6 +21,9 @@ from ._objects import ApiError, created_in
 
 EVENT_RETENTION = timedelta(days=30)  # GET /v1/events lists the last 30 days (docs.stripe.com/api/events/list)
 _EVENT_NAMES = {"subscription": "customer.subscription"}  # events named otherwise than their object
+# changes Stripe logs no such event for (its list of event types): a PaymentIntent's or SetupIntent's update, a
+# Checkout Session's create
+_UNLOGGED = frozenset({("payment_intent", "updated"), ("setup_intent", "updated"), ("checkout.session", "created")})
 _LIST_PARAMS = frozenset({"created", "limit", "type", "types", "starting_after"})
 _PAST_TENSE = {"create": "created", "update": "updated"}
 
@@ -51,7 +54,7 @@ class EventLog:
         """The event of a create or update that returned ``obj`` (a snapshot of it); other writes make none."""
         past = _PAST_TENSE.get(operation.rpartition(".")[2])
         kind = obj.get("object")
-        if past is None or not isinstance(kind, str):
+        if past is None or not isinstance(kind, str) or (kind, past) in _UNLOGGED:
             return
         if kind == "charge" and past == "created":  # Stripe has no charge.created: a charge is logged by outcome
             past = str(obj.get("status"))

@@ -301,6 +301,7 @@ class FakeStripe:
             "setup_intents.confirm": w.confirm_setup_intent,
             "checkout.sessions": lambda _, p: w.create_checkout_session(p),  # operation_for's name for the path
             "subscriptions.create": lambda _, p: w.create_subscription(p),
+            "subscriptions.update": w.update_subscription,
             "subscriptions.delete": w.cancel_subscription,
             "account_links.create": lambda _, p: w.create_account_link(p),
             "billing_portal.sessions": lambda _, p: w.create_portal_session(p),  # operation_for's name for the path

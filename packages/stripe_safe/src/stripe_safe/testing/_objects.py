@@ -665,6 +665,12 @@ class World:
         )
         return Result(200, subscription, effect=True)
 
+    def update_subscription(self, oid: str, params: Mapping[str, Any]) -> Result:
+        subscription = self.get("subscriptions", oid)
+        subscription["metadata"] = _metadata(params, on=subscription["metadata"])
+        subscription.update({k: params[k] for k in ("description", "cancel_at_period_end") if k in params})
+        return Result(200, subscription, effect=True)
+
     def cancel_subscription(self, oid: str, params: Mapping[str, Any]) -> Result:
         """``DELETE /v1/subscriptions/:id``; ``invoice_now=true`` bills a final invoice and collects it at once
         (the fake bills one period's ``unit_amount``): a DELETE that moves money."""
