@@ -35,8 +35,8 @@ Run = Callable[..., Any]
 def providers(fake_stripe: FakeStripe, fake_sendgrid: FakeSendGrid, fake_ses: MotoFaultProxy) -> dict[str, str]:
     """The environment the three registered adapters build from, every setting a check reads given."""
     fake_sendgrid.add_event_webhook(ENDPOINT)
-    fake_ses.set_event_destinations("transactional", [{"Name": "to-sns", "Enabled": True, "SnsDestination": SNS,
-                                                       "MatchingEventTypes": SES_EVENTS}])  # fmt: skip
+    to_sns = {"Name": "to-sns", "Enabled": True, "SnsDestination": SNS, "MatchingEventTypes": SES_EVENTS}
+    fake_ses.set_event_destinations("transactional", [to_sns])
     return {
         **FAKE_AWS_ENVIRONMENT,
         "STRIPE_API_KEY": "sk_test_check",
