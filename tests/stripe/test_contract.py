@@ -118,6 +118,8 @@ def test_contract_facts() -> None:
     assert contract.idempotency.retention.total_seconds() == 86400
     assert [m.kind for m in contract.lookups] == [LookupKind.KEY_REPLAY, LookupKind.SEARCH, LookupKind.EVENT_STREAM]
     assert [m.kind for m in contract_for("refunds.create").lookups] == [LookupKind.KEY_REPLAY, LookupKind.RETRIEVE]
+    # an events lookup reads up to 10 pages: paced at 10 a second against Stripe's 100 reads a second
+    assert [m.rate_limit_per_minute for m in contract_for("customers.update").lookups] == [None, 600]
     assert contract.forced_sdk_settings["max_network_retries"] == "0"
     assert "https://docs.stripe.com/idempotency" in contract.sources
 

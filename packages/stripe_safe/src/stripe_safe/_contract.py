@@ -116,6 +116,8 @@ EVENTS = LookupMethod(
     "the record was sent, and match the event's request.idempotency_key, the key the write went out with (and, "
     "for an update, the object's id); a created object is then retrieved for its state. Stripe lists the last "
     "30 days; consistent, unlike the search",
+    # Stripe allows 100 reads a second (25 in test mode); one lookup reads up to EVENT_PAGES (10) pages
+    rate_limit_per_minute=10 * 60,
     proves_absence=False,
     verified=False,  # documented (the Event object's request field), not observed against Stripe
 )
