@@ -76,6 +76,13 @@ def _updated_lost(env: Env, case: Updated, fault: Callable[..., Fault], **option
     return oid
 
 
+def _settled(record: EffectRecord, status: EffectStatus, result_id: str) -> None:
+    """The record as the events lookup left it: its status, the object it names, and how it was settled."""
+    assert (record.status, record.provider_result_id) == (status, result_id)
+    assert record.resolution is not None
+    assert record.resolution.method == "lookup:events"
+
+
 def _reads(fake: FakeStripe) -> list[str]:
     """The paths of every GET FakeStripe received, in order: what the lookup read."""
     return [r.path for r in fake.requests("GET")]
@@ -97,9 +104,7 @@ def test_a_lost_update_is_confirmed_after_the_window_by_its_event(env: Env, oper
     [event] = [e for e in env.fake.events if e["type"].endswith(".updated")]
     assert event["request"]["idempotency_key"] == record.provider_key
     assert contract_for(operation).lookups[-1].kind is LookupKind.EVENT_STREAM
-    assert (record.status, record.provider_result_id) == (EffectStatus.CONFIRMED, oid)
-    assert record.resolution is not None
-    assert record.resolution.method == "lookup:events"
+    _settled(record, EffectStatus.CONFIRMED, oid)
 
 
 def test_an_update_stripe_logs_no_event_for_waits_for_an_operator(env: Env) -> None:
@@ -242,9 +247,7 @@ def test_a_lost_create_with_no_other_lookup_is_found_by_its_event(env: Env) -> N
         LookupKind.KEY_REPLAY,
         LookupKind.EVENT_STREAM,
     ]
-    assert (record.status, record.provider_result_id) == (EffectStatus.CONFIRMED, coupon["id"])
-    assert record.resolution is not None
-    assert record.resolution.method == "lookup:events"
+    _settled(record, EffectStatus.CONFIRMED, coupon["id"])
 
 
 def test_a_created_object_deleted_since_is_judged_by_the_events_copy(env: Env) -> None:
@@ -278,9 +281,7 @@ def test_a_search_that_lags_is_backed_by_the_creates_event(env: Env) -> None:
         "/v1/events",  # the create's event
         f"/v1/payment_intents/{payment_intent['id']}",  # the object, for its state
     ]
-    assert (record.status, record.provider_result_id) == (EffectStatus.CONFIRMED, payment_intent["id"])
-    assert record.resolution is not None
-    assert record.resolution.method == "lookup:events"
+    _settled(record, EffectStatus.CONFIRMED, payment_intent["id"])
 
 
 DECLINED = {
@@ -305,9 +306,7 @@ def test_a_declined_payment_found_by_its_event_is_rejected_not_confirmed(env: En
     assert env.posts(f"/v1/{kind}") == 1
     assert [e["type"] for e in env.fake.events if e["data"]["object"]["id"] == kept["id"]] == [LOGGED_AS[kind]]
     assert _reads(env.fake)[1:] == ["/v1/events", f"/v1/{kind}/{kept['id']}"]
-    assert (record.status, record.provider_result_id) == (EffectStatus.REJECTED, kept["id"])
-    assert record.resolution is not None
-    assert record.resolution.method == "lookup:events"
+    _settled(record, EffectStatus.REJECTED, kept["id"])
 
 
 def test_a_create_that_never_ran_is_found_by_neither_and_stays_unknown(env: Env) -> None:

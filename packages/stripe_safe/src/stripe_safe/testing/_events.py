@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from safe_effects import Clock
+from stripe_safe._contract import EVENT_CHANGES
 
 from ._objects import ApiError, created_in
 
@@ -25,7 +26,6 @@ _EVENT_NAMES = {"subscription": "customer.subscription"}  # events named otherwi
 # Checkout Session's create
 _UNLOGGED = frozenset({("payment_intent", "updated"), ("setup_intent", "updated"), ("checkout.session", "created")})
 _LIST_PARAMS = frozenset({"created", "limit", "type", "types", "starting_after"})
-_PAST_TENSE = {"create": "created", "update": "updated"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +52,7 @@ class EventLog:
         self, operation: str, obj: Mapping[str, Any], *, account: str, request_id: str, idempotency_key: str | None
     ) -> None:
         """The event of a create or update that returned ``obj`` (a snapshot of it); other writes make none."""
-        past = _PAST_TENSE.get(operation.rpartition(".")[2])
+        past = EVENT_CHANGES.get(operation.rpartition(".")[2])
         kind = obj.get("object")
         if past is None or not isinstance(kind, str) or (kind, past) in _UNLOGGED:
             return

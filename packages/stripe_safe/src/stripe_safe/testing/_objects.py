@@ -296,11 +296,15 @@ class World:
         pi.update(status="canceled", cancellation_reason=params.get("cancellation_reason", "requested_by_customer"))
         return Result(200, pi, effect=True)
 
+    def _updated(self, kind: str, oid: str, params: Mapping[str, Any], fields: tuple[str, ...]) -> Result:
+        """An update of ``kind``'s object ``oid``: its metadata merged, and those of ``fields`` the params give."""
+        obj = self.get(kind, oid)
+        obj["metadata"] = _metadata(params, on=obj["metadata"])
+        obj.update({k: params[k] for k in fields if k in params})
+        return Result(200, obj, effect=True)
+
     def update_payment_intent(self, oid: str, params: Mapping[str, Any]) -> Result:
-        pi = self.get("payment_intents", oid)
-        pi["metadata"] = _metadata(params, on=pi["metadata"])
-        pi.update({k: params[k] for k in ("description", "payment_method") if k in params})
-        return Result(200, pi, effect=True)
+        return self._updated("payment_intents", oid, params, ("description", "payment_method"))
 
     # -- refunds, customers, charges, invoices ------------------------------------------------------------
 
@@ -379,10 +383,7 @@ class World:
         return Result(200, {"id": oid, "object": "coupon", "deleted": True}, effect=True)
 
     def update_customer(self, oid: str, params: Mapping[str, Any]) -> Result:
-        customer = self.get("customers", oid)
-        customer["metadata"] = _metadata(params, on=customer["metadata"])
-        customer.update({k: params[k] for k in ("email", "name", "description") if k in params})
-        return Result(200, customer, effect=True)
+        return self._updated("customers", oid, params, ("email", "name", "description"))
 
     def create_charge(self, params: Mapping[str, Any]) -> Result:
         amount, currency = _amount(params), str(_required(params, "currency"))
@@ -666,10 +667,7 @@ class World:
         return Result(200, subscription, effect=True)
 
     def update_subscription(self, oid: str, params: Mapping[str, Any]) -> Result:
-        subscription = self.get("subscriptions", oid)
-        subscription["metadata"] = _metadata(params, on=subscription["metadata"])
-        subscription.update({k: params[k] for k in ("description", "cancel_at_period_end") if k in params})
-        return Result(200, subscription, effect=True)
+        return self._updated("subscriptions", oid, params, ("description", "cancel_at_period_end"))
 
     def cancel_subscription(self, oid: str, params: Mapping[str, Any]) -> Result:
         """``DELETE /v1/subscriptions/:id``; ``invoice_now=true`` bills a final invoice and collects it at once
