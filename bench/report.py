@@ -396,8 +396,14 @@ The `cpu_split.py` table above is measured in this run; the rest comes from diag
   tried on 2026-12-01 (stop 31) and dropped: `BEGIN IMMEDIATE` retried from Python every 50 us to 1 ms,
   jittered, with SQLite's busy timeout at 0, cut the executor's 8-worker 99th percentile from 138 to 49 ms
   and its slowest call from 1.8 s to 0.11 s, but raised its median from 0.69 to 6.98 ms: on 2 cores the
-  polling waiters take the CPU the lock holder needs. That is SQLite's locking on 2 cores; the core README
-  says when to use PostgreSQL.
+  polling waiters take the CPU the lock holder needs. A fair queue was tried on 2026-12-02 (stop 32) and
+  dropped too: each write transaction first took a blocking `flock` on a file beside the ledger, so waiting
+  writers slept in the kernel and were woken in turn. The executor's 8-worker 99th percentile fell from 105 to
+  11 ms and its slowest call from 1.3 s to 26 ms, but its median rose from 0.56 to 5.21 ms and its throughput
+  fell by 8%: served in turn, every writer waits for the others' commits (a convoy), where the busy handler
+  lets an awake writer take the lock at once. A kernel lock also has no timeout, so one frozen holder would
+  stop every writer instead of ending their calls as `LedgerUnavailable`. That is SQLite's locking on 2
+  cores; the core README says when to use PostgreSQL.
 - **Not one piece, many steps (2026-11-30, a 2-vCPU VM with slow fsync, yardstick 42 ms).** On a RAM-backed
   SQLite file, interleaved with the raw pair (131-161 us): the store's own two statements, pre-encoded, cost
   1.20 x the raw pair (29 bound columns against the floor's literals); the store's API, with its encoding and
@@ -407,6 +413,12 @@ The `cpu_split.py` table above is measured in this run; the rest comes from diag
   (`model_copy`) gained nothing one run could see; a constant digest about 20 us, inside the noise. What costs
   is the executor's many small steps, each at 2-3 x its warm cost next to the database's work: reaching 1.5 on
   PostgreSQL at 8 workers (CPU-bound) needs a shorter path for a fresh intent, not a faster piece.
+  Priced again on 2026-12-02 (stop 32, yardstick 19 ms), best of 7 tight loops on a RAM-backed file: raw
+  pair 44 us, executor 105-130 us; of it the new record 11.6 us (its digest 3.6), the transition plan 5.4,
+  a record's row 4.3, the store's INSERT with its row prebuilt 18-22 us against the raw INSERT's 22-25 (the
+  bound columns cost nothing), the store's `insert_if_absent` around it 35 us. `model_construct` took 6.2
+  us where validating the same fields took 2.9: pydantic is not where the time goes. On PostgreSQL, in one
+  process, the client's CPU per effect was 162-171 us raw and 342-344 us for the executor.
 - **Counted in instructions (2026-12-01, `bench/instructions.py`).** Wall time on a shared VM drifts by a
   third within minutes (the same executor loop read 298-456 us per effect in one run on that day's VM, whose
   Python yardstick was 98 ms); callgrind's instruction counts repeat to 0.1%, so a hot-path change is judged

@@ -26,6 +26,8 @@ log = logging.getLogger("ses_safe")
 ERROR = "error"  # the counter key for messages left on the queue because ingesting them raised
 UNTRUSTED = "untrusted_topic"  # the counter key for messages from a topic not expected: kept, nothing recorded
 BAD_SIGNATURE = "sns_signature_invalid"  # the counter key for messages whose SNS signature fails: kept, likewise
+# what stops a batch after a warning naming the message it stopped at (see poll_once)
+_WARNED_IN_BATCH = (LedgerUnavailable, SnsCertificateUnavailable)
 
 
 class SQSEventPoller:
@@ -84,7 +86,7 @@ class SQSEventPoller:
                 log.error("SES event %s refused, left on the queue: %s", message.get("MessageId"), refused)
                 self.counts[UNTRUSTED if isinstance(refused, UntrustedTopic) else BAD_SIGNATURE] += 1
                 continue
-            except (LedgerUnavailable, SnsCertificateUnavailable) as down:
+            except _WARNED_IN_BATCH as down:
                 log.warning("SES events not ingested, left on the queue from %s on: %s", message.get("MessageId"), down)
                 self.counts[ERROR] += 1
                 raise
@@ -130,11 +132,15 @@ class SQSEventPoller:
                 pause(min_wait)
 
     def _log_failed_poll(self, state: RetryCallState) -> None:
+        """One warning per failed poll: an outage ``poll_once`` met mid-batch was warned of there, with the
+        message it stopped at, so the pause before the next poll is only information."""
         assert state.outcome is not None  # tenacity sets both before it sleeps
         assert state.next_action is not None
-        log.warning(
-            "polling SQS queue %s for SES events failed (%r); polling again in %.1f s",
-            self._queue_url, state.outcome.exception(), state.next_action.sleep,
+        failure = state.outcome.exception()
+        level = logging.INFO if isinstance(failure, _WARNED_IN_BATCH) else logging.WARNING
+        log.log(
+            level, "polling SQS queue %s for SES events failed (%r); polling again in %.1f s",
+            self._queue_url, failure, state.next_action.sleep,
         )  # fmt: skip
 
     def drain(self, *, max_batches: int = 10) -> list[IngestResult]:
