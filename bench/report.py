@@ -418,7 +418,11 @@ The `cpu_split.py` table above is measured in this run; the rest comes from diag
   a record's row 4.3, the store's INSERT with its row prebuilt 18-22 us against the raw INSERT's 22-25 (the
   bound columns cost nothing), the store's `insert_if_absent` around it 35 us. `model_construct` took 6.2
   us where validating the same fields took 2.9: pydantic is not where the time goes. On PostgreSQL, in one
-  process, the client's CPU per effect was 162-171 us raw and 342-344 us for the executor.
+  process, the client's CPU per effect was 162-171 us raw and 342-344 us for the executor. Of that, a pool
+  checkout costs 6 us in a loop of checkouts alone but adds 16 (psycopg_pool's `getconn`/`putconn`) to 23 us
+  (the store's `Checkout`, with its liveness check) to a statement it wraps, 15 rounds of 500: the same cold
+  caches again, twice per effect. Holding one connection from claim to confirm would save it, at the price
+  of a pooled connection held for as long as the provider takes to answer, per call in flight.
 - **Counted in instructions (2026-12-01, `bench/instructions.py`).** Wall time on a shared VM drifts by a
   third within minutes (the same executor loop read 298-456 us per effect in one run on that day's VM, whose
   Python yardstick was 98 ms); callgrind's instruction counts repeat to 0.1%, so a hot-path change is judged
