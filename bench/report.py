@@ -423,6 +423,13 @@ The `cpu_split.py` table above is measured in this run; the rest comes from diag
   (the store's `Checkout`, with its liveness check) to a statement it wraps, 15 rounds of 500: the same cold
   caches again, twice per effect. Holding one connection from claim to confirm would save it, at the price
   of a pooled connection held for as long as the provider takes to answer, per call in flight.
+  Where the excess lies, on real stores (same day, one process, the three modes interleaved call by call
+  for 40 s, twice each): the store's API alone (the new record built and validated, `insert_if_absent`, the
+  confirming `transition`, with no executor around them) took 1.30 x the raw pair on a SQLite file (0.56-0.57
+  against 0.43-0.44 ms) and 1.23-1.24 x on PostgreSQL; the whole executor 1.49-1.50 x and 1.34 x. So three
+  fifths of the executor's excess is the record path every write shares (model, encoding, transition plan)
+  and two fifths its decisions around it; an executor with no decisions at all would still measure 1.3 on
+  SQLite here.
 - **Counted in instructions (2026-12-01, `bench/instructions.py`).** Wall time on a shared VM drifts by a
   third within minutes (the same executor loop read 298-456 us per effect in one run on that day's VM, whose
   Python yardstick was 98 ms); callgrind's instruction counts repeat to 0.1%, so a hot-path change is judged
