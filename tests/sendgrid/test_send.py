@@ -267,6 +267,37 @@ def test_sg_client_can_be_stubbed_and_restored_as_on_the_plain_sdk(sg: SendGridA
     assert [(r.method, r.path) for r in fake.requests()] == [("GET", "/v3/messages")]
 
 
+def test_a_send_goes_through_a_stub_set_on_sg_client_as_the_sdks_own_send_does(
+    sg: SendGridAPIClient, fake: FakeSendGrid, ledger: Ledger, key: str, mail: Any
+) -> None:
+    """A unit test that stubs ``sg.client`` must not send real mail: the SDK's send posts through whatever is
+    there. The wrapper once built its own client for ``sg.host`` and sent past the stub."""
+    with mock.patch.object(sg, "client") as stub:
+        stub.mail.send.post.return_value = mock.Mock(status_code=202, body=b"", headers={"X-Message-Id": "stub-1"})
+        response = sg.send(mail(), intent_key=key)
+    assert response is stub.mail.send.post.return_value
+    (call,) = stub.mail.send.post.call_args_list
+    assert call.kwargs["request_body"]["custom_args"][INTENT_ARG] == key
+    assert (fake.requests(), fake.effect_count()) == ([], 0)
+    stored = ledger.get(key)
+    assert (stored.status, stored.provider_result_id) == (EffectStatus.CONFIRMED, "stub-1")
+
+
+def test_a_send_goes_to_the_host_of_a_client_set_on_sg_client(
+    sg: SendGridAPIClient, fake: FakeSendGrid, ledger: Ledger, key: str, mail: Any
+) -> None:
+    """An HTTP client set there (another region, a proxy) gets the sends, guarded, with the SDK's API key."""
+    with FakeSendGrid() as other:
+        sg.client = python_http_client.Client(host=other.url, request_headers={}, version=3)
+        sg.send(mail(), intent_key=key)
+        with pytest.raises(MissingIntentKey):
+            sg.client.mail.send.post(request_body=mail().get())
+        (sent,) = other.sends()
+        assert sent.header("authorization") == "Bearer SG.fake-key"
+        assert (other.effect_count(), fake.effect_count(), fake.requests()) == (1, 0, [])
+    assert ledger.get(key).status is EffectStatus.CONFIRMED
+
+
 @pytest.mark.parametrize("given", ["None", "a store URL", "the store"])
 def test_a_ledger_argument_that_is_not_a_ledger_is_refused_when_the_client_is_made(
     fake: FakeSendGrid, ledger: Ledger, store_url: str, given: str
