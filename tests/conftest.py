@@ -288,3 +288,6 @@ def no_aws_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    import boto3  # here: most of the suite never needs it
+
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # one made before would keep the credentials it found

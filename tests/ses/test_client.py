@@ -475,6 +475,24 @@ def test_region_name_is_the_second_positional_argument_like_boto3(
     assert ledger.get(KEY).provider_result_id == answer["MessageId"] == sent["id"]
 
 
+@pytest.mark.parametrize("service", ["ses", "sesv2"])
+def test_without_a_session_the_client_is_made_from_boto3s_default_session_like_boto3_client(
+    proxy: MotoFaultProxy, moto: str, ledger: Ledger, emails: dict[str, Any], service: str, no_aws_credentials: None
+) -> None:
+    """``boto3.setup_default_session(...)`` configures ``boto3.client``: its region, credentials and hooks are the
+    wrapped client's too. A fresh session of the wrapper's own once left it without a region (NoRegionError)
+    or credentials (the send deferred)."""
+    boto3.setup_default_session(region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing")
+    signed: list[str] = []
+    boto3.DEFAULT_SESSION.events.register("before-send", lambda request, **_: signed.append(request.method))  # type: ignore[union-attr]
+    client = ses_safe.client(service, ledger=ledger, endpoint_url=proxy.url, configuration_set="cs")  # type: ignore[call-overload]
+    assert client.meta.region_name == boto3.client(service).meta.region_name == "us-east-1"  # none in the env
+    answer = client.send_email(IntentKey=KEY, **emails[service])
+    [sent] = moto_sent_messages(moto)
+    assert ledger.get(KEY).provider_result_id == answer["MessageId"] == sent["id"]
+    assert signed == ["POST"]
+
+
 def test_an_operator_compensation_the_adapter_cannot_send_is_refused_before_anything_is_recorded(
     sesv2: Any, ledger: Ledger, raw_client: Any, moto: str, v2_email: dict[str, Any]
 ) -> None:

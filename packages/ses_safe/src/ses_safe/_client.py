@@ -303,7 +303,7 @@ def client(
     _check_service_name(service_name)
     check_ledger(ledger, "ses_safe.client")
     client_kwargs = {"region_name": region_name, **client_kwargs}
-    session = session or boto3.session.Session()
+    session = session or _default_session()
     forced = boundary_config(connect_timeout=connect_timeout, read_timeout=read_timeout, base=config)
     if service_name == "ses":
         ses_client: SESClient = session.client("ses", config=forced, **client_kwargs)
@@ -318,6 +318,15 @@ def client(
     return SafeSESv2Client(
         raw=v2_plain, adapter=adapter, ledger=ledger, tenant=tenant, configuration_set=configuration_set
     )
+
+
+def _default_session() -> boto3.session.Session:
+    """The session ``boto3.client`` uses: its region, credentials and event hooks (``boto3.setup_default_session``)
+    are the wrapped client's too. The wrapper's timeouts and single attempt go into each client's own config."""
+    if boto3.DEFAULT_SESSION is None:
+        boto3.setup_default_session()
+    assert boto3.DEFAULT_SESSION is not None
+    return boto3.DEFAULT_SESSION
 
 
 def _v2_insights(session: boto3.session.Session, config: Config | None, client_kwargs: Mapping[str, Any]) -> Insights:
