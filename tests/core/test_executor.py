@@ -1136,11 +1136,26 @@ def test_bad_input_is_typed_and_writes_nothing(
     assert env.fake.requests() == []
 
 
+def _summary_changed() -> EffectRequest:
+    """A request whose summary dict the caller changed after the request checked it."""
+    summary = {"who": "alice"}
+    request = EffectRequest(operation="charge", params={"amount": 1}, summary=summary)
+    summary["who"] = "a\x00b"  # the caller's dict: the request keeps its own copy
+    request.summary["who"] = "a\x00b"  # type: ignore[index]  # and its own copy changed too
+    return request
+
+
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda e: e.ledger.execute(e.adapter, CHARGE, intent_key=KEY, workflow_id=5), "invalid workflow_id"),
-        (lambda e: e.ledger.prepare(e.adapter, CHARGE, intent_key=KEY, step_id=["s"]), "invalid step_id"),
+        (lambda e: e.ledger.execute(e.adapter, CHARGE, intent_key=KEY, workflow_id=5), "workflow_id must be a str"),
+        (lambda e: e.ledger.prepare(e.adapter, CHARGE, intent_key=KEY, step_id=["s"]), "step_id must be a str"),
+        # pydantic takes bytes as text: past the NUL check, stored by SQLite, a raw driver error on PostgreSQL
+        (
+            lambda e: e.ledger.execute(e.adapter, CHARGE, intent_key=KEY, workflow_id=b"a\x00b"),
+            "workflow_id must be a str or None, got bytes",
+        ),
+        (lambda e: e.ledger.execute(e.adapter, _summary_changed(), intent_key=KEY), "summary must map str"),
         (lambda e: EffectRequest(operation=5, params={}), r"EffectRequest\.operation must be"),
         (lambda e: EffectRequest(operation="char\x00ge", params={}), r"EffectRequest\.operation must be .*storable"),
         (lambda e: EffectRequest(operation="charge", params=[1, 2]), r"EffectRequest\.params must be a mapping"),
@@ -1165,6 +1180,8 @@ def test_bad_input_is_typed_and_writes_nothing(
     ids=[
         "workflow_id",
         "step_id",
+        "workflow_id_bytes",
+        "summary_changed_after_the_request_was_made",
         "operation",
         "operation_nul",
         "params_list",
@@ -1219,7 +1236,12 @@ def test_tenant_allow_list(store_url: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("worker_id", "named"), [("w\x00rker", "worker_id holds a lone surrogate or NUL"), (7, "worker_id must be a str")]
+    ("worker_id", "named"),
+    [
+        ("w\x00rker", "worker_id holds a lone surrogate or NUL"),
+        (7, "worker_id must be a non-blank str"),
+        ("", "worker_id must be a non-blank str"),  # was silently replaced by the default id
+    ],
 )
 def test_a_worker_id_no_store_can_hold_is_refused_when_the_ledger_is_made(
     store_url: str, tmp_path: Path, worker_id: object, named: str
@@ -1228,5 +1250,29 @@ def test_a_worker_id_no_store_can_hold_is_refused_when_the_ledger_is_made(
     env = make_env(store_url, tmp_path)
     with pytest.raises(InvalidInput, match=named):
         env.other_ledger(worker_id=worker_id)
+    assert env.ledger.store.get("default", KEY) is None
+    assert env.fake.requests() == []
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "named"),
+    [
+        ("retry", None, "retry must be RetryPolicy, got NoneType"),
+        ("lease", 5, "lease must be LeasePolicy, got int"),
+        ("crash_plan", 5, "crash_plan must be CrashPlan, got int"),
+        ("observer", 5, r"observer must be None or an object with on_event\(\), got int"),
+        ("tracer", 5, r"tracer must be None or an object with start_as_current_span\(\), got int"),
+        ("sleep", 5, "sleep must be a callable, got int"),
+        ("clock", 5, "clock must be a callable, got int"),
+    ],
+)
+def test_an_option_of_the_wrong_type_is_refused_when_the_ledger_is_made(
+    store_url: str, tmp_path: Path, option: str, value: object, named: str
+) -> None:
+    """Found at the first call instead, ``retry=None`` raised AttributeError after the provider was asked and left
+    the intent in flight; ``observer=5`` after the provider had acted, so the caller saw a failure."""
+    env = make_env(store_url, tmp_path)
+    with pytest.raises(InvalidInput, match=f"^{named}$"):
+        Ledger.open(env.url, **{option: value})  # type: ignore[arg-type]
     assert env.ledger.store.get("default", KEY) is None
     assert env.fake.requests() == []

@@ -70,16 +70,19 @@ def test_build_refuses_malformed_parts(parts: tuple[str, ...], version: str, mes
 
 def test_build_takes_the_version_as_an_int_too() -> None:
     assert IntentKey.build("invoice", "inv_42", "collect", version=2) == "invoice:inv_42:collect:v2"
-    assert IntentKey.build("invoice", "inv_42", "collect", version=0) == IntentKey.build(
-        "invoice", "inv_42", "collect", version="v0"
+    assert IntentKey.build("invoice", "inv_42", "collect", version=12) == IntentKey.build(
+        "invoice", "inv_42", "collect", version="v12"
     )
 
 
 @pytest.mark.parametrize(
     ("version", "message"),
     [
-        (-1, "version must be an int from 0 to 9223372036854775807"),
-        pytest.param(10**5000, "version must be an int from 0 to 9223372036854775807", id="too-long-to-write"),
+        (-1, "version must be an int from 1 to 9223372036854775807"),
+        (0, "version must be an int from 1 to 9223372036854775807"),
+        ("v0", "version='v0' must look like 'v1', 'v2', ... (from v1, no leading zeros)"),
+        ("v01", "version='v01' must look like 'v1', 'v2', ... (from v1, no leading zeros)"),
+        pytest.param(10**5000, "version must be an int from 1 to 9223372036854775807", id="too-long-to-write"),
         (True, "version must be an int like 2 or a str like 'v2', got bool"),
         (2.0, "version must be an int like 2 or a str like 'v2', got float"),
     ],
@@ -114,6 +117,10 @@ def test_build_refuses_non_str_parts_saying_what_it_takes() -> None:
         "a:b c:d:v1",
         "a:b:c\t:v1",
         "x" * 252 + ":b:c:v1",
+        "a:b:c:v0",  # versions count from 1
+        "a:b:c:v01",  # a second key for v1: what refuses a v2 while v1 is in doubt reads v1 by number
+        "a:b:c:v007",
+        "\ud800:b:c:v1",
         42,
         None,
     ],
@@ -121,6 +128,19 @@ def test_build_refuses_non_str_parts_saying_what_it_takes() -> None:
 def test_parse_refuses_malformed_keys(value: object) -> None:
     with pytest.raises(InvalidIntentKey):
         IntentKey.parse(value)
+
+
+@pytest.mark.parametrize("value", ["a:b c:d:v1", "x" * 252 + ":b:c:v1", "a::c:v1", "a:b:c:v01", "not a key", 42])
+def test_the_plain_constructor_checks_as_parse_does(value: object) -> None:
+    """``IntentKey("...")`` once made an unchecked key: written and sent, its record then failed every read."""
+    with pytest.raises(InvalidIntentKey):
+        IntentKey(value)
+
+
+def test_a_stored_key_is_taken_as_written() -> None:
+    """An earlier release allowed ``v01``: its records must stay readable to be settled."""
+    assert IntentKey.stored("a:b:c:v01") == "a:b:c:v01"
+    assert isinstance(IntentKey.stored("a:b:c:v01"), IntentKey)
 
 
 def test_parse_accepts_the_longest_key() -> None:
@@ -180,7 +200,7 @@ PART = st.text(PART_CHAR, min_size=1, max_size=40)
 @st.composite
 def intent_keys(draw: st.DrawFn) -> IntentKey:
     parts = draw(st.lists(PART, min_size=3, max_size=6))
-    version = f"v{draw(st.integers(0, 10**6))}"
+    version = f"v{draw(st.integers(1, 10**6))}"
     key = ":".join([*parts, version])
     assume(len(key) <= 255)
     return IntentKey.build(*parts, version=version)

@@ -156,8 +156,25 @@ def test_settle_refuses_another_tenants_record_before_reading_its_evidence(world
         ({"detail": {"raw": b"\xff"}}, InvalidInput, "the detail of evidence 'e1' at raw is a bytes"),
         ({"detail": {"what": object()}}, InvalidInput, "the detail of evidence 'e1' at what is a object"),
         ({"intent_key": "garbage"}, InvalidIntentKey, "garbage"),
+        ({"event_id": ""}, InvalidInput, "evidence event_id must not be blank"),
+        ({"source": " "}, InvalidInput, "evidence source must not be blank"),
+        ({"kind": ""}, InvalidInput, "evidence kind must not be blank"),
+        ({"event_id": "x" * 1001}, InvalidInput, r"evidence event_id takes at most 1000 bytes \(UTF-8\)"),
+        ({"provider": "é" * 101}, InvalidInput, r"evidence provider takes at most 200 bytes \(UTF-8\)"),
     ],
-    ids=["inf detail", "bytes detail", "object detail", "malformed intent key"],
+    ids=[
+        "inf detail",
+        "bytes detail",
+        "object detail",
+        "malformed intent key",
+        # a blank id made the next blank one a duplicate, dropped; a long one failed PostgreSQL's unique index
+        # as LedgerUnavailable, an outage a webhook retries for ever
+        "blank event id",
+        "blank source",
+        "blank kind",
+        "long event id",
+        "long provider",
+    ],
 )
 def test_evidence_that_no_store_keeps_is_refused_and_settles_nothing(
     world: World, fields: dict[str, Any], error: type[Exception], named: str

@@ -194,6 +194,19 @@ def test_insert_get_roundtrip_keeps_every_field(store: Store) -> None:
     assert store.get("other", KEY) is None
 
 
+def test_a_key_an_earlier_release_allowed_is_read_back_as_written(store: Store) -> None:
+    """Keys with a leading-zero version (``v01``) are refused for new intents since 2026-12-02; a record an
+    earlier release wrote under one must still be read, listed and settled, not fail every read."""
+    legacy = make("invoice:inv_1:collect:v1").model_copy(
+        update={"intent_key": IntentKey.stored("invoice:inv_1:collect:v01")}
+    )
+    store.insert_if_absent(legacy)
+    assert store.get("default", "invoice:inv_1:collect:v01") == legacy
+    assert store.list_by_status([S.PREPARED]) == [legacy]
+    moved = store.transition(legacy, S.UNKNOWN, now=T0 + timedelta(seconds=1), actor="ops")
+    assert store.get("default", "invoice:inv_1:collect:v01") == moved
+
+
 def test_insert_if_absent_twice_returns_the_existing_row_unchanged(store: Store) -> None:
     first, created = store.insert_if_absent(make())
     again, created_again = store.insert_if_absent(make(request_digest="sha256:" + "f" * 64, lease_owner="b"))

@@ -81,6 +81,24 @@ def test_purge_below_the_floor_is_refused(aged: Ops) -> None:
     assert keys(aged) == ALL
 
 
+@pytest.mark.parametrize(
+    ("spans", "named"),
+    [
+        ({"older_than": timedelta(days=-1), "force_minimum": timedelta(days=-1)}, "older_than"),
+        ({"older_than": timedelta(days=150), "force_minimum": timedelta(days=-1)}, "force_minimum"),
+        ({"older_than": 150}, "older_than"),
+        ({"older_than": timedelta(days=150), "batch": "x"}, "batch"),
+        ({"older_than": timedelta(days=150), "batch": True}, "batch"),
+    ],
+)
+def test_purge_refuses_spans_and_batches_it_cannot_mean(aged: Ops, spans: dict[str, Any], named: str) -> None:
+    """A negative span put the cut-off in the future: a record confirmed a moment ago was deleted, and for a
+    provider without keys its intent key could then send the effect a second time."""
+    with pytest.raises(InvalidInput, match=f"^{named} must be"):
+        purge_settled(aged.ledger.store, now=datetime.now(UTC), **spans)
+    assert keys(aged) == ALL
+
+
 def test_purge_keeps_unsettled_and_recent_records(aged: Ops) -> None:
     confirmed = aged.ledger.get("old:confirmed:x:v1")
     # an audited change at the same old time (a confirmed record naming itself: the shape a compensation uses)

@@ -120,10 +120,17 @@ class EffectRequest:
             raise InvalidInput(f"EffectRequest.operation must be a non-empty, storable str (no NUL), got {operation!r}")
         if not isinstance(params, Mapping):
             raise InvalidInput(f"EffectRequest.params must be a mapping, got {type(params).__name__}")
-        if not isinstance(summary, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, str) and storable_text(k + v) for k, v in summary.items()
-        ):
-            raise InvalidInput(f"EffectRequest.summary must map str to storable str (UTF-8, no NUL), got {summary!r}")
+        object.__setattr__(self, "summary", checked_summary(summary))  # a copy: the caller's dict may change
+
+
+def checked_summary(summary: object) -> dict[str, str]:
+    """A copy of ``summary`` if it maps str to storable str, else :class:`InvalidInput`. The executor checks a
+    request's summary again as it records it: the dict is the caller's, and may have changed since."""
+    if not isinstance(summary, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) and storable_text(k + v) for k, v in summary.items()
+    ):
+        raise InvalidInput(f"EffectRequest.summary must map str to storable str (UTF-8, no NUL), got {summary!r}")
+    return dict(summary)
 
 
 class ProviderAdapter(Protocol[ResponseT]):

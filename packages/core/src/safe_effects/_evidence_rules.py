@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from datetime import datetime, timedelta
 
+from ._errors import InvalidInput
 from ._records import EffectRecord, Evidence, EvidenceVerdict
 from ._states import EffectStatus as S
 from ._store import Store
@@ -21,6 +22,23 @@ DECISIVE = frozenset({EvidenceVerdict.REJECTS, EvidenceVerdict.CONFIRMS})  # set
 # contradict) may run behind the one that created a record; a purged record's audit rows are older than the
 # purge floor (days), as its last write is what the floor measures
 CLOCK_SKEW = timedelta(hours=1)
+
+
+# UTF-8 bytes of the names an event is deduplicated by, UNIQUE (provider, source, event_id): well within
+# PostgreSQL's btree row limit (2,704 bytes), which would otherwise refuse a long one as a failed write
+_NAME_BYTES = {"provider": 200, "source": 200, "event_id": 1000, "kind": 200}
+
+
+def check_evidence_names(evidence: Evidence) -> None:
+    """Refuse evidence whose names cannot do their job: a blank ``event_id`` would make the next blank one a
+    "duplicate", dropping it (a rejection after an acceptance, say); one too long for the dedupe index would
+    fail the write on PostgreSQL as if the database were down, and a webhook would retry it for ever."""
+    for name, limit in _NAME_BYTES.items():
+        value: str = getattr(evidence, name)
+        if not value.strip():
+            raise InvalidInput(f"evidence {name} must not be blank; nothing was recorded")
+        if len(value.encode("utf-8", "surrogatepass")) > limit:
+            raise InvalidInput(f"evidence {name} takes at most {limit} bytes (UTF-8); nothing was recorded")
 
 
 def own_evidence(

@@ -29,6 +29,7 @@ from ._adapter import (
     Outcome,
     ProviderAdapter,
     Verdict,
+    checked_summary,
 )
 from ._admission import refuse_short_lease, refuse_unsendable, refuse_while_earlier_in_doubt
 from ._approvals import Approval
@@ -60,6 +61,7 @@ from ._evidence_rules import (
     LATE_RESPONSE,
     acted_evidence,
     answers_latest,
+    check_evidence_names,
     own_evidence,
     shows_an_unrecorded_effect,
 )
@@ -146,6 +148,30 @@ class LedgerOptions(TypedDict, total=False):
     tracer: Tracer | None
 
 
+def _check_options(**given: Any) -> None:
+    """Refuse a wrongly typed option when the ledger is made: found at the first call instead, a ``retry=None``
+    failed after the provider was asked and left the intent in flight, an ``observer`` after it had acted."""
+    expected: dict[str, tuple[type, ...] | str] = {
+        "lease": (LeasePolicy,),
+        "retry": (RetryPolicy,),
+        "crash_plan": (CrashPlan,),
+        "clock": "callable",
+        "sleep": "callable",
+        "observer": "on_event",
+        "tracer": "start_as_current_span",
+    }
+    for name, value in given.items():
+        kind = expected[name]
+        if isinstance(kind, tuple):
+            fits, wanted = isinstance(value, kind), kind[0].__name__
+        elif kind == "callable":
+            fits, wanted = callable(value), "a callable"
+        else:  # a protocol: None or an object with that method
+            fits, wanted = value is None or callable(getattr(value, kind, None)), f"None or an object with {kind}()"
+        if not fits:
+            raise InvalidInput(f"{name} must be {wanted}, got {type(value).__name__}")
+
+
 def _cut_short(error: BaseException) -> bool:
     """Whether ``error`` interrupted a call in a process that lives on: not an Exception, and not a
     SimulatedCrash (which stands for a kill). A shutdown's SystemExit or KeyboardInterrupt, gevent's Timeout
@@ -188,14 +214,18 @@ class Ledger:
         ``tracer``: an OpenTelemetry tracer (``trace.get_tracer("safe_effects")``); each ``execute``,
         ``compensate`` and reconciliation then runs in a span of its own (see ``_tracing``). None: no spans.
         """
+        _check_options(
+            clock=clock, lease=lease, retry=retry, crash_plan=crash_plan, observer=observer, sleep=sleep, tracer=tracer
+        )
         self.store = store
         self.clock = clock
         self._clock_guard = ClockSkewGuard(store, clock, _max_clock_skew(max_clock_skew, clock))
-        if worker_id is not None and not isinstance(worker_id, str):
-            raise InvalidInput(f"worker_id must be a str, got {type(worker_id).__name__}")
+        given: object = worker_id  # as passed at run time, whatever the annotation promises
+        if given is not None and (not isinstance(given, str) or not given.strip()):
+            raise InvalidInput(f"worker_id must be a non-blank str (or None for the default), got {worker_id!r}")
         # it is every claim's lease owner: a NUL in it would fail each claim inside PostgreSQL's INSERT
         self.worker_id = check_storable(worker_id, "worker_id") if worker_id else _default_worker_id()
-        self._worker_id_given = bool(worker_id)
+        self._worker_id_given = worker_id is not None
         renew_in_children(self)
         self.lease = lease
         self.retry = retry
@@ -546,6 +576,7 @@ class Ledger:
         """Store provider evidence once; if it decides an unknown intent, settle it now. False if a duplicate."""
         self._tenant(evidence.tenant)
         IntentKey.parse(evidence.intent_key)
+        check_evidence_names(evidence)
         check_plain_json(evidence.detail, f"the detail of evidence {evidence.event_id!r}")
         if holds_unstorable_text(evidence.model_dump(mode="json")):
             raise InvalidInput(f"evidence {evidence.event_id!r} holds a lone surrogate or NUL, which no store holds")
@@ -630,8 +661,11 @@ class Ledger:
             if compensates == key:
                 raise InvalidInput(f"intent {key!r} cannot compensate itself")
         for name, text in (("workflow_id", workflow_id), ("step_id", step_id)):
-            if isinstance(text, str):
-                check_storable(text, f"intent {key!r}: {name}")
+            if text is None:
+                continue
+            if not isinstance(text, str):  # pydantic would take bytes as text, past the check below
+                raise InvalidInput(f"intent {key!r}: {name} must be a str or None, got {type(text).__name__}")
+            check_storable(text, f"intent {key!r}: {name}")
         digest = request_digest(
             {"provider": adapter.provider, "operation": request.operation, "params": dict(request.params)}
         )
@@ -652,7 +686,7 @@ class Ledger:
                 lease_owner=self.worker_id if claimed else None,
                 lease_expires_at=now + self.lease.duration if claimed else None,
                 lease_token=lease_token if claimed else None,
-                summary=dict(request.summary),
+                summary=checked_summary(request.summary),
                 created_at=now,
                 updated_at=now,
                 updated_by=self.worker_id,

@@ -45,8 +45,16 @@ def purge_settled(
     Each batch then deletes exactly the records it listed (by key, each still settled and before the
     cut-off); one that settled after the check under a longer floor than ``older_than`` is left alone.
     """
-    if batch <= 0:
-        raise InvalidInput(f"batch must be positive, got {batch}")
+    given: object = batch  # as passed at run time, whatever the annotation promises
+    if not isinstance(given, int) or isinstance(given, bool) or given <= 0:
+        raise InvalidInput(f"batch must be a positive int, got {batch!r}")
+    for name, span in (("older_than", older_than), ("force_minimum", force_minimum)):
+        # a negative span puts the cut-off in the future: records settled a moment ago would be deleted, and
+        # where the provider has no keys the same intent key would then send the effect again
+        if (span is not None or name == "older_than") and (not isinstance(span, timedelta) or span < timedelta(0)):
+            raise InvalidInput(f"{name} must be a timedelta of zero or more, got {span!r}; nothing was purged")
+    if not isinstance(now, datetime):
+        raise InvalidInput(f"now must be a datetime, got {type(now).__name__}; nothing was purged")
     cutoff, deleted = now - older_than, 0
     minimum = DEFAULT_MINIMUM if force_minimum is None else force_minimum
     floors = adapters if force_minimum is None and adapters else None  # contracts that may raise the floor

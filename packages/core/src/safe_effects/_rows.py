@@ -42,6 +42,7 @@ TIME_FIELDS = frozenset(
     }
 )
 JSON_FIELDS = frozenset({"summary", "resolution", "detail"})
+KEY_FIELDS = frozenset({"intent_key", "compensates", "compensated_by"})
 # identity and bookkeeping columns only the store itself may set during a transition
 RESERVED_CHANGES = frozenset({"tenant", "intent_key", "status", "version", "created_at", "updated_at", "updated_by"})
 
@@ -241,6 +242,8 @@ def from_row(model: type[M], row: Mapping[str, Any], codec: Codec) -> M:
             data[field] = codec.time_in(value)
         elif value is not None and field in JSON_FIELDS:
             data[field] = codec.json_in(value)
+        elif value is not None and field in KEY_FIELDS:
+            data[field] = IntentKey.stored(value)  # as written: an earlier release's key stays readable
         else:
             data[field] = value
     return model.model_validate(data)
