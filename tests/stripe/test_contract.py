@@ -30,6 +30,10 @@ from stripe_safe.testing._form import decode_form, parse_search
         ("/v1/payment_intents/pi_3Mtw", "payment_intents.update"),
         ("/v1/invoices/in_1A/pay", "invoices.pay"),
         ("/v1/customers/cus_9Z/balance_transactions", "customers.balance_transactions"),
+        # ids a caller chose, letters only: the segment after these collections is an id whatever it looks like
+        ("/v1/coupons/summer", "coupons.update"),
+        ("/v1/plans/gold_plan", "plans.update"),
+        ("/v1/products/gold/features", "products.features"),
     ],
 )
 def test_operation_names_come_from_the_path(path: str, operation: str) -> None:
@@ -40,6 +44,8 @@ def test_a_deleted_objects_type_comes_from_its_path() -> None:
     assert deleted_object_type("/v1/coupons/co_1") == "coupon"
     assert deleted_object_type("/v1/subscription_items/si_1") == "subscription_item"
     assert deleted_object_type("/v1/customers/cus_1/discount") == "discount"
+    assert deleted_object_type("/v1/coupons/summer") == "coupon"
+    assert operation_for("/v1/products/gold", "delete") == "products.delete"
 
 
 def test_retrieve_paths_name_the_object_the_write_produced_most_likely_first() -> None:

@@ -89,8 +89,8 @@ class Coupons:
     """A Stripe-like coupon endpoint over real HTTP (FakeStripe serves none): a deleted coupon is a 404 to a GET,
     as for most deletable Stripe objects (products, plans, webhook endpoints, subscription items...)."""
 
-    def __init__(self) -> None:
-        self.live = {"co_1": {"id": "co_1", "object": "coupon", "percent_off": 10}}
+    def __init__(self, coupon: str = "co_1") -> None:
+        self.live = {coupon: {"id": coupon, "object": "coupon", "percent_off": 10}}
         self.deletes = 0
 
     def __call__(self, request: FakeRequest) -> FakeResponse:
@@ -109,16 +109,22 @@ class Coupons:
         return FakeResponse.json(200, self.live[coupon])
 
 
-def test_a_confirmed_delete_of_an_object_gone_for_a_get_is_answered_from_the_ledger(store_url: str) -> None:
-    coupons = Coupons()
+# "summer": an id the caller chose, letters only, once taken for an action name (coupons.summer.delete, and the
+# ledger's answer a StripeObject of object "summer")
+@pytest.mark.parametrize("coupon", ["co_1", "summer"])
+def test_a_confirmed_delete_of_an_object_gone_for_a_get_is_answered_from_the_ledger(
+    store_url: str, coupon: str
+) -> None:
+    coupons = Coupons(coupon)
     key = "coupon:co_1:delete:v1"
     with FakeHTTPServer(coupons) as server, Ledger.open(store_url) as ledger:
         client = StripeClient(API_KEY, ledger=ledger, base_addresses={"api": server.url})
-        first = client.v1.coupons.delete("co_1", options={"idempotency_key": key})
+        first = client.v1.coupons.delete(coupon, options={"idempotency_key": key})
 
-        again = client.v1.coupons.delete("co_1", options={"idempotency_key": key})
+        again = client.v1.coupons.delete(coupon, options={"idempotency_key": key})
 
-        assert (first.deleted, again.deleted, again.id, again.object) == (True, True, "co_1", "coupon")
+        assert (first.deleted, again.deleted, again.id, again.object) == (True, True, coupon, "coupon")
+        assert ledger.get(key).operation == "coupons.delete"
         assert type(again) is type(first)  # a stripe.Coupon both times
         receipt = receipt_of(again)
         assert receipt is not None

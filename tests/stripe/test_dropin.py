@@ -104,6 +104,16 @@ def test_async_reads_work_as_on_the_raw_sdk(env: Env) -> None:
     assert env.record().status is EffectStatus.CONFIRMED
 
 
+def test_a_preview_invoice_is_a_read_no_key_needed_nothing_recorded(env: Env) -> None:
+    """``invoices.create_preview`` is a POST that stores nothing: it once needed an intent key, was recorded as a
+    write, and a second preview under that key failed to read back an invoice that does not exist."""
+    customer = env.client.v1.customers.create(params={"email": "a@example.com"}, options={"idempotency_key": KEY})
+    previews = [env.client.v1.invoices.create_preview(params={"customer": customer.id}) for _ in range(2)]
+    assert [p.id for p in previews] == [f"upcoming_in_{customer.id}"] * 2
+    assert len(env.fake.requests("POST", "/v1/invoices/create_preview")) == 2
+    assert [r.intent_key for r in env.ledger.store.list_by_status(list(EffectStatus))] == [KEY]  # the customer only
+
+
 @pytest.mark.parametrize("headers", [{"X-Trace-Id": "trace-1"}, [("X-Trace-Id", "trace-1")]])
 def test_other_headers_pass_through_under_the_ledgers_key(env: Env, headers: object) -> None:
     options = {"idempotency_key": KEY, "headers": headers}

@@ -53,7 +53,6 @@ from ._contract import (
     NO_READ_BACK,
     READ_TIMEOUT,
     RESERVED_HEADERS,
-    WRITE_METHODS,
     deleted_object_type,
     operation_for,
     read_params,
@@ -62,6 +61,7 @@ from ._contract import (
     scope_of,
     stamp_metadata,
     summary_for,
+    writes,
 )
 from ._wire import as_sent
 
@@ -155,7 +155,7 @@ _SERVICE_INSTEAD = (
 
 
 def _refuse_write(method: str, url: str, via: str) -> None:
-    if method.lower() in WRITE_METHODS:
+    if writes(method, url):
         raise UnguardedCall(
             f"{via} {method.upper()} {url}: the ledger guards only service calls, so nothing was recorded or "
             f"sent; {_SERVICE_INSTEAD}"
@@ -270,7 +270,7 @@ class _LedgerRequestor(_APIRequestor):
         base_address: BaseAddress,
         usage: list[str] | None = None,
     ) -> stripe.StripeObject:
-        if method.lower() not in WRITE_METHODS:
+        if not writes(method, url):
             if self.transport is not self:  # a view's reads, too, return objects not bound to the view
                 return self.transport.request(method, url, params, options, base_address=base_address, usage=usage)
             return super().request(method, url, params, options, base_address=base_address, usage=usage)
@@ -361,7 +361,7 @@ class _LedgerRequestor(_APIRequestor):
         in a worker thread, anyio's, so under asyncio or trio: the ledger and the SDK's requests client are
         synchronous. A cancelled await returns at once and leaves the call to finish in its thread, where its
         outcome is recorded, so a claim is never left half-done by a timeout."""
-        if method.lower() not in WRITE_METHODS:
+        if not writes(method, url):
             return await super().request_async(method, url, params, options, base_address=base_address, usage=usage)
         guarded = functools.partial(self.request, method, url, params, options, base_address=base_address, usage=usage)
         answer: stripe.StripeObject = await anyio.to_thread.run_sync(guarded, abandon_on_cancel=True)

@@ -74,6 +74,17 @@ ACTION_DONE: Mapping[str, frozenset[str]] = {
 # (``subscriptions.cancel`` with ``invoice_now``/``prorate`` invoices and charges at once; deleting a
 # subscription item with ``proration_behavior=always_invoice`` too), so both go through the ledger.
 WRITE_METHODS = frozenset({"post", "delete"})
+# POSTs that change nothing, passed straight through like reads: Stripe's "create a preview invoice" computes an
+# invoice and stores nothing (no key needed, no id to read back; the SDK's only read-only POST)
+READ_ONLY_POSTS = frozenset({"/v1/invoices/create_preview"})
+
+
+def writes(method: str, url: str) -> bool:
+    """Whether a request can change something at Stripe, so it goes through the ledger."""
+    verb = method.lower()
+    return verb in WRITE_METHODS and not (verb == "post" and url.split("?", 1)[0] in READ_ONLY_POSTS)
+
+
 # The request options that pick the account a call acts on. They are part of the request digest and of the
 # record's summary (ids, never secrets), so the ledger answer and every lookup read the same account.
 SCOPE_OPTIONS = ("stripe_account", "stripe_context")
@@ -185,30 +196,44 @@ def contract_for(operation: str) -> ProviderContract:
     return BASE_CONTRACT.model_copy(update=update)
 
 
+# Collections whose objects may carry an id the caller chose, letters only ("summer", "gold_plan"): the segment
+# after one is that id whatever it looks like (none of them has an action named on the collection)
+CALLER_NAMED = frozenset({"coupons", "plans", "products"})
+
+
 def _is_id(segment: str) -> bool:
     """Stripe ids (``pi_3MtwBw...``) carry digits or capitals; resource and action names never do."""
     return any(char.isdigit() or char.isupper() for char in segment)
+
+
+def _id_flags(path: str) -> list[tuple[str, bool]]:
+    """The segments of ``path`` after its version, each with whether it is an object's id."""
+    flags: list[tuple[str, bool]] = []
+    for segment in (s for s in path.split("?", 1)[0].split("/")[2:] if s):
+        after_caller_named = bool(flags) and not flags[-1][1] and flags[-1][0] in CALLER_NAMED
+        flags.append((segment, after_caller_named or _is_id(segment)))
+    return flags
 
 
 def operation_for(path: str, method: str = "post") -> str:
     """``/v1/payment_intents`` → ``payment_intents.create``, ``.../pi_1`` → ``.update``, ``.../pi_1/confirm``
     → ``payment_intents.confirm``; a DELETE of ``/v1/subscriptions/sub_1`` → ``subscriptions.delete``; ids are
     dropped so one name covers every object."""
-    segments = [s for s in path.split("?", 1)[0].split("/")[2:] if s]
-    names = [s for s in segments if not _is_id(s)]
+    segments = _id_flags(path)
+    names = [segment for segment, is_id in segments if not is_id]
     if method.lower() == "delete":
         return ".".join([*names, "delete"])
-    if segments and _is_id(segments[-1]):
+    if segments and segments[-1][1]:
         return ".".join([*names, "update"])
     if len(segments) == 1:
-        return f"{segments[0]}.create"
+        return f"{segments[0][0]}.create"
     return ".".join(names)
 
 
 def deleted_object_type(path: str) -> str:
     """The ``object`` of what a DELETE of ``path`` removed: ``/v1/coupons/co_1`` → ``coupon``,
     ``/v1/customers/cus_1/discount`` → ``discount`` (the last resource name, singular)."""
-    names = [s for s in path.split("?", 1)[0].split("/")[2:] if s and not _is_id(s)]
+    names = [segment for segment, is_id in _id_flags(path) if not is_id]
     last = names[-1] if names else "object"
     return last[:-1] if last.endswith("s") else last
 

@@ -291,6 +291,7 @@ class FakeStripe:
             "coupons.delete": w.delete_coupon,
             "charges.create": lambda _, p: w.create_charge(p),
             "invoices.create": lambda _, p: w.create_invoice(p),
+            "invoices.create_preview": lambda _, p: w.preview_invoice(p),  # a POST that changes nothing
             "invoices.pay": w.pay_invoice,
             "invoices.finalize": w.finalize_invoice,
             "credit_notes.create": lambda _, p: w.create_credit_note(p),

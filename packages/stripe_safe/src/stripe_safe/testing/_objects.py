@@ -443,6 +443,19 @@ class World:
         )
         return Result(200, invoice, effect=True)
 
+    def preview_invoice(self, params: Mapping[str, Any]) -> Result:
+        """Stripe's "create a preview invoice": the invoice the customer would get, computed and kept nowhere."""
+        customer = self.get("customers", str(_required(params, "customer")))
+        preview = {
+            "id": f"upcoming_in_{customer['id']}",
+            "object": "invoice",
+            "customer": customer["id"],
+            "status": "draft",
+            "amount_due": 0,
+            "metadata": {},
+        }
+        return Result(200, preview)  # no effect: nothing is stored, and no event is logged
+
     def pay_invoice(self, oid: str, params: Mapping[str, Any]) -> Result:
         invoice = self.get("invoices", oid)
         if invoice["status"] not in ("draft", "open"):
