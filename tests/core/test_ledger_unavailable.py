@@ -431,10 +431,50 @@ def test_the_statement_timeout_defaults_to_30_s_and_yields_to_one_the_url_sets(s
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("statement_timeout", [0, -1.0, float("nan")])
-def test_a_statement_timeout_that_is_not_a_positive_number_is_refused(pg_url: str, statement_timeout: float) -> None:
-    with pytest.raises(InvalidInput, match="statement_timeout must be a positive number"):
-        PostgresStore(pg_url, schema="se_test_never_made", statement_timeout=statement_timeout)
+@pytest.mark.parametrize(
+    ("setting", "value", "named"),
+    [
+        ("statement_timeout", 0, "statement_timeout must be more than 0 seconds"),
+        ("statement_timeout", -1.0, "statement_timeout must be more than 0 seconds"),
+        ("statement_timeout", float("nan"), "statement_timeout must be a finite number of seconds"),
+        ("statement_timeout", "x", "statement_timeout must be a finite number of seconds"),
+        # rounded to 0 ms it would turn the timeout off; past a 32-bit count of ms every connection was refused
+        ("statement_timeout", 1e-4, "statement_timeout must be at least 0.001 seconds"),
+        ("statement_timeout", 1e300, "statement_timeout must be at most 2.14748e\\+06 seconds"),
+        ("timeout", 0, "timeout must be more than 0 seconds"),  # every call would be LedgerUnavailable
+        ("timeout", "x", "timeout must be a finite number of seconds"),
+        ("connect_timeout", 0, "connect_timeout must be an int of 1 or more"),
+        ("min_size", -1, "min_size must be an int of 0 or more"),
+        ("max_size", 0, "max_size must be an int of 1 or more"),
+        ("min_size", 11, r"min_size \(11\) must not be more than max_size \(10\)"),
+        ("schema", 5, "schema must be a str, got int"),
+    ],
+)
+def test_a_store_setting_it_cannot_use_is_refused_by_name_before_connecting(
+    pg_url: str, setting: str, value: object, named: str
+) -> None:
+    options = {"schema": "se_test_never_made", setting: value}
+    with pytest.raises(InvalidInput, match=f"^{named}"):
+        PostgresStore(pg_url, **options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("path", "busy_timeout", "named"),
+    [
+        (5, 30.0, "SQLiteStore needs a file path"),
+        ("ledger.db", "x", "busy_timeout must be a finite number of seconds"),
+        ("ledger.db", -1, "busy_timeout must be 0 or more seconds"),
+        ("ledger.db", float("nan"), "busy_timeout must be a finite number of seconds"),
+        ("ledger.db", 1e300, "busy_timeout must be at most"),
+    ],
+)
+def test_a_sqlite_store_setting_it_cannot_use_is_refused_by_name(
+    tmp_path: Path, path: object, busy_timeout: object, named: str
+) -> None:
+    where = tmp_path / path if isinstance(path, str) else path
+    with pytest.raises(InvalidInput, match=f"^{named}"):
+        SQLiteStore(where, busy_timeout=busy_timeout)  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.postgres

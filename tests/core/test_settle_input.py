@@ -103,8 +103,34 @@ def test_settle_refuses_a_record_that_is_not_unknown(world: World) -> None:
         ({"detail": {"seen": datetime(2026, 1, 1, tzinfo=UTC)}}, "the audit detail at seen is a datetime"),
         ({"detail": {"raw": b"\xff"}}, "the audit detail at raw is a bytes"),
         ({"response_digest": "sha256:\x00"}, "response_digest holds a lone surrogate or NUL"),
+        # of the wrong type: each was a raw TypeError or AttributeError from deep inside the write
+        ({"actor": 5}, "actor must be a non-blank str naming who settles it, got 5"),
+        ({"actor": ""}, "actor must be a non-blank str"),  # was written as the audit row's actor
+        ({"actor": None}, "actor must be a non-blank str"),
+        ({"provider_result_id": 5}, "provider_result_id must be a str or None, got int"),
+        ({"response_digest": 5}, "response_digest must be a str or None, got int"),
+        ({"resolution": {"method": "operator"}}, "resolution must be a Resolution, got dict"),
+        ({"resolution": None}, "resolution must be a Resolution, got NoneType"),
+        ({"detail": [["k", 1]]}, "detail must be a mapping or None, got list"),
+        ({"approval": "x"}, "approval must be an Approval or None, got str"),
     ],
-    ids=["surrogate reason", "nul reason", "nan detail", "datetime detail", "bytes detail", "nul digest"],
+    ids=[
+        "surrogate reason",
+        "nul reason",
+        "nan detail",
+        "datetime detail",
+        "bytes detail",
+        "nul digest",
+        "int actor",
+        "blank actor",
+        "no actor",
+        "int provider id",
+        "int digest",
+        "dict resolution",
+        "no resolution",
+        "list detail",
+        "str approval",
+    ],
 )
 def test_settle_refuses_values_no_store_keeps_and_writes_nothing(
     world: World, change: dict[str, Any], named: str
@@ -112,6 +138,12 @@ def test_settle_refuses_values_no_store_keeps_and_writes_nothing(
     call: dict[str, Any] = {"resolution": BY_HAND, "actor": "operator:alice", **change}
     with pytest.raises(InvalidInput, match=named):
         world.ledger.settle(world.record, EffectStatus.CONFIRMED, **call)
+    world.unchanged()
+
+
+def test_settle_refuses_what_is_no_record_by_name(world: World) -> None:
+    with pytest.raises(InvalidInput, match="record must be an EffectRecord"):
+        world.ledger.settle(dict(world.record), EffectStatus.CONFIRMED, resolution=BY_HAND, actor="a")  # type: ignore[arg-type]
     world.unchanged()
 
 
@@ -225,6 +257,9 @@ def test_an_integer_python_cannot_write_is_undigestible_and_nothing_is_recorded(
         ({"operator": 5}, "operator identity .* must be text, got int"),
         ({"reason": ["seen"]}, "a reason .* must be text, got list"),
         ({"evidence": 7}, "the evidence reference .* must be text, got int"),
+        # "2" compared unequal to 2 and read "you saw v2: it moved on"; 2.0 was taken as the version
+        ({"expect_version": "2"}, "expect_version must be an int of 1 or more, got '2'"),
+        ({"expect_version": 2.0}, "expect_version must be an int of 1 or more, got 2.0"),
     ],
 )
 def test_operator_values_that_are_not_text_are_refused_typed(world: World, call: dict[str, Any], named: str) -> None:
@@ -240,6 +275,28 @@ def test_a_compensation_whose_params_are_not_an_object_is_refused_before_anythin
         Operator(world.ledger).compensate(
             world.adapter, original_key=KEY, compensating_key="invoice:inv_7:refund:v1", operation="refund",
             params=[1], operator="alice", reason="duplicate", expect_version=confirmed.version,  # type: ignore[arg-type]
+        )  # fmt: skip
+    assert world.ledger.get(KEY) == confirmed
+    assert world.ledger.store.get("default", "invoice:inv_7:refund:v1") is None
+    assert len(world.fake.effects()) == 1
+
+
+@pytest.mark.parametrize(
+    ("params", "version", "named"),
+    [
+        ({"amount": 10**5000}, None, "a compensation's amount must be under 1e\\+30"),  # str() of it was a ValueError
+        ({"amount": 100}, "1", "expect_version must be an int of 1 or more, got '1'"),
+    ],
+)
+def test_a_compensation_amount_or_version_it_cannot_use_is_refused_before_anything(
+    world: World, params: dict[str, Any], version: object, named: str
+) -> None:
+    confirmed = world.ledger.settle(world.record, EffectStatus.CONFIRMED, resolution=BY_HAND, actor="a")
+    with pytest.raises(InvalidInput, match=named):
+        Operator(world.ledger).compensate(
+            world.adapter, original_key=KEY, compensating_key="invoice:inv_7:refund:v1", operation="refund",
+            params=params, operator="alice", reason="duplicate",
+            expect_version=confirmed.version if version is None else version,  # type: ignore[arg-type]
         )  # fmt: skip
     assert world.ledger.get(KEY) == confirmed
     assert world.ledger.store.get("default", "invoice:inv_7:refund:v1") is None

@@ -7,6 +7,7 @@ import gc
 import multiprocessing
 import os
 import queue as queue_module
+import re
 import sqlite3
 import sys
 import threading
@@ -459,6 +460,38 @@ def seed_listing(store: Store) -> None:
 
 def keys(records: list[EffectRecord]) -> list[str]:
     return [r.intent_key for r in records]
+
+
+@pytest.mark.parametrize(
+    ("read", "named"),
+    [
+        (lambda st: st.get("default", "invoice:inv\x00_1:collect:v1"), "intent_key holds a lone surrogate or NUL"),
+        (lambda st: st.get("default", 5), "intent_key must be a str, got int"),
+        (lambda st: st.find_by_provider_key("fake", "k\x00"), "provider_key holds a lone surrogate or NUL"),
+        (lambda st: st.audit_trail("default", None), "intent_key must be a str, got NoneType"),
+        (lambda st: st.evidence_for("default", KEY, verdicts=["bogus"]), "verdicts 'bogus' is not one of"),
+        (lambda st: st.list_by_status([S.UNKNOWN], provider=5), "provider must be a str, got int"),
+        (lambda st: st.list_by_status([S.UNKNOWN], limit=1.5), "limit must be an int of 0 or more, got 1.5"),
+        (lambda st: st.list_by_status([S.UNKNOWN], limit=-1), "limit must be an int of 0 or more, got -1"),
+        (lambda st: st.list_by_status([S.UNKNOWN], limit=2**70), "limit must be an int of at most 2147483647"),
+        (lambda st: st.list_by_status("unknown"), "statuses must be a collection of EffectStatus"),
+        (lambda st: st.list_by_status(["bogus"]), "statuses 'bogus' is not one of: prepared"),
+        (lambda st: st.list_by_status([S.UNKNOWN], after=(T0,)), r"a list position must be a tuple"),
+        (lambda st: st.status_counts(["bogus"]), "statuses 'bogus' is not one of"),
+        (lambda st: st.oldest_dispatched("bogus"), "status 'bogus' is not one of"),
+        (lambda st: st.approvals(state="bogus"), "state 'bogus' is not one of"),
+        (lambda st: st.approvals(limit=-1), "limit must be an int of 0 or more"),
+        (lambda st: st.approvals(intent_key="a\x00"), "intent_key holds a lone surrogate or NUL"),
+        (lambda st: st.save_reconciler_cursor("c", (T0, "default", "a\x00")), "intent key holds a lone surrogate"),
+    ],
+)
+def test_a_read_given_what_no_row_can_hold_is_refused_alike_on_both_stores(store: Store, read: Any, named: str) -> None:
+    """Such reads answered None or [] on SQLite and raised the driver's error on PostgreSQL, or a raw ValueError
+    (a status by a wrong name), IndexError or OverflowError on both."""
+    store.insert_if_absent(make(KEY))
+    with pytest.raises(InvalidInput, match=named):
+        read(store)
+    assert [r.intent_key for r in store.list_by_status(list(S))] == [KEY]
 
 
 def test_list_by_status_oldest_first_with_filters_and_limit(store: Store) -> None:
@@ -1048,6 +1081,21 @@ def test_open_store_rejects_unknown_schemes() -> None:
         open_store("mysql://user:secret@host/db")
     with pytest.raises(InvalidInput):
         open_store("sqlite://relative.db")
+
+
+@pytest.mark.parametrize(
+    ("url", "named"),
+    [
+        (None, "a store URL must be a str, got NoneType"),
+        (b"sqlite:///x.db", "a store URL must be a str, got bytes"),
+        ("sqlite:///x\x00y.db", "a store URL holds a NUL character"),
+        ("postgresql://postgres:secret@[::1/x", "not a PostgreSQL URL: Invalid IPv6 URL"),
+    ],
+)
+def test_open_store_refuses_what_is_no_store_url_by_name(url: object, named: str) -> None:
+    with pytest.raises(InvalidInput, match=f"^{re.escape(named)}$") as refused:
+        open_store(url)  # type: ignore[arg-type]
+    assert refused.value.__cause__ is None  # nothing chained that could quote the password
 
 
 def test_a_sqlite_url_with_parameters_is_refused_not_taken_for_a_file_name(tmp_path: Path) -> None:

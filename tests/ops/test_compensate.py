@@ -63,6 +63,11 @@ def test_compensate_refuses_an_unconfirmed_original_and_bad_params(ops: Ops) -> 
     bad = ops.cli(*base, "--params", "[1]", "--reason", "r", "--adapters", ADAPTERS)
     assert bad.exit_code == 1
     assert "--params must be a JSON object" in bad.stderr
+    # nested past Python's depth, and a number past 4,300 digits: an untyped error line before
+    for unreadable, named in (("[" * 100_000, "RecursionError"), ('{"amount": ' + "9" * 5000 + "}", "ValueError")):
+        refused = ops.cli(*base, "--params", unreadable, "--reason", "r", "--adapters", ADAPTERS)
+        assert refused.exit_code == 1
+        assert f"error [invalid_input]: --params cannot be read: {named}" in refused.stderr
     assert ops.fake.effects(f"default/{REFUND}") == []
 
 

@@ -60,6 +60,26 @@ def test_run_once_confirms_found_and_keeps_inconclusive_unknown(ops: Ops) -> Non
     assert len(ops.fake.effects()) == 1  # nothing was redispatched
 
 
+@pytest.mark.parametrize(
+    ("make", "named"),
+    [
+        (lambda o: Reconciler(o.ledger, None), "adapters must map provider names to adapters, got NoneType"),
+        (lambda o: Reconciler(None, {}), r"Reconciler needs ledger=Ledger.open\(store_url\)"),
+        (lambda o: Reconciler(o.ledger, {}, max_wait=-5), "max_wait must be 0 or more seconds"),
+        (lambda o: Reconciler(o.ledger, {"fake": o.adapter}).run_once(limit=-1), "limit must be an int of 1 or more"),
+        (lambda o: Reconciler(o.ledger, {"fake": o.adapter}).run_once(limit="x"), "limit must be an int of 1 or more"),
+    ],
+    ids=["adapters", "ledger", "max_wait", "negative limit", "limit of the wrong type"],
+)
+def test_a_reconciler_setting_it_cannot_use_is_refused_and_settles_nothing(ops: Ops, make: Any, named: str) -> None:
+    """``run_once(limit=-1)`` swept nothing and reported it as a sweep that found nothing to do."""
+    ops.unknown("invoice:a:collect:v1")
+    with pytest.raises(InvalidInput, match=named):
+        make(ops)
+    assert ops.ledger.get("invoice:a:collect:v1").status == "unknown"
+    assert len(ops.fake.effects()) == 1
+
+
 def test_inconclusive_records_do_not_starve_newer_unknowns(ops: Ops) -> None:
     stuck = [ops.unknown(f"invoice:stuck{n}:collect:v1", happened=False).intent_key for n in range(2)]
     found = ops.unknown("invoice:found:collect:v1").intent_key  # newer; a lookup would confirm it

@@ -133,6 +133,18 @@ def checked_summary(summary: object) -> dict[str, str]:
     return dict(summary)
 
 
+def check_call(adapter: object, *request: object) -> None:
+    """Refuse what is no adapter (``None``, an unset setting) or no :class:`EffectRequest` (a dict of params) by
+    name, before anything is recorded; found later, each was an ``AttributeError`` from inside the ledger."""
+    if not isinstance(getattr(adapter, "provider", None), str):
+        raise InvalidInput(
+            f"adapter must be a ProviderAdapter (a .provider name and its methods), got {type(adapter).__name__}"
+        )
+    for given in request:  # the call's request, when it takes one
+        if not isinstance(given, EffectRequest):
+            raise InvalidInput(f"request must be an EffectRequest, got {type(given).__name__}")
+
+
 class ProviderAdapter(Protocol[ResponseT]):
     """One per provider package. The executor calls nothing else.
 

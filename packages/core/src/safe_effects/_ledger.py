@@ -29,6 +29,7 @@ from ._adapter import (
     Outcome,
     ProviderAdapter,
     Verdict,
+    check_call,
     checked_summary,
 )
 from ._admission import refuse_short_lease, refuse_unsendable, refuse_while_earlier_in_doubt
@@ -81,7 +82,7 @@ from ._reconciliation import (
 from ._records import EffectRecord, Evidence, EvidenceVerdict, Receipt, Resolution
 from ._running_calls import RunningCalls, counted
 from ._sending import BackoffCut, Retryable, Settled, send_with_retries
-from ._settle_checks import refuse_contradicted
+from ._settle_checks import check_settlement, refuse_contradicted
 from ._states import TERMINAL, EffectStatus, resolvable, settled_status
 from ._store import Store
 from ._tenants import DEFAULT_TENANT, check_tenant
@@ -413,6 +414,7 @@ class Ledger:
         """:meth:`reconcile`, and the lookup it made (None without one): the reconciler counts a failed lookup
         as an error, where a lookup that found nothing yet is not one. ``before_lookup`` runs only when a lookup
         is about to: the reconciler's pacing, which evidence already on file does not wait for."""
+        check_call(adapter)
         self._clock_guard.check()
         record = self.get(intent_key, tenant=tenant)
         if adapter.provider != record.provider:
@@ -491,6 +493,9 @@ class Ledger:
         rejection after an event says the provider took the request, say, which a retry under a new key
         would turn into a second effect.
         """
+        check_settlement(
+            record, resolution, actor, provider_result_id, response_digest, detail=detail, approval=approval
+        )
         self._tenant(record.tenant)  # before its evidence is read: a record of another tenant is no way in
         to = settled_status(to)
         self._refuse_contradicted(record, to, provider_result_id)  # evidence may have arrived since it was asked
@@ -574,6 +579,8 @@ class Ledger:
     @counted
     def record_evidence(self, evidence: Evidence) -> bool:
         """Store provider evidence once; if it decides an unknown intent, settle it now. False if a duplicate."""
+        if not isinstance(evidence, Evidence):
+            raise InvalidInput(f"evidence must be a safe_effects.Evidence, got {type(evidence).__name__}")
         self._tenant(evidence.tenant)
         IntentKey.parse(evidence.intent_key)
         check_evidence_names(evidence)
@@ -651,6 +658,7 @@ class Ledger:
         lease_token: str | None = None,
     ) -> EffectRecord:
         """Validate everything about the call before the store is touched."""
+        check_call(adapter, request)
         tenant = self._tenant(tenant)
         key = IntentKey.parse(intent_key)
         if compensates is not None:

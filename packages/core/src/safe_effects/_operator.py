@@ -16,6 +16,7 @@ from ._errors import ApprovalError, InvalidInput, StaleRecord
 from ._evidence_rules import acted_evidence
 from ._keys import IntentKey
 from ._ledger import Ledger
+from ._numbers import check_count
 from ._provider_check import refuse_what_the_provider_holds
 from ._records import AuditEntry, EffectRecord, Receipt, Resolution
 from ._states import EffectStatus, resolvable, settled_status
@@ -263,6 +264,7 @@ class Operator:
         reason = _required(reason, "a reason (--reason)")
         if not isinstance(params, Mapping):
             raise InvalidInput(f"a compensation's params must be a JSON object, got {type(params).__name__}")
+        check_count("expect_version", expect_version)
         original = self.ledger.get(original_key, tenant=tenant)
         if not self._seen(original, IntentKey.parse(compensating_key), expect_version):
             raise StaleRecord(
@@ -294,6 +296,7 @@ class Operator:
     def _current(self, intent_key: IntentKey | str, tenant: str, expect_version: int, to: EffectStatus) -> EffectRecord:
         """The record, if it is still the unknown (or, to withdraw, prepared; to confirm, rejected) one at the
         version the operator looked at."""
+        check_count("expect_version", expect_version)  # "2" once compared unequal to 2: "you saw v2, it moved on"
         record = self.ledger.get(intent_key, tenant=tenant)
         if record.version != expect_version:
             raise StaleRecord(
@@ -355,12 +358,19 @@ def _already_asked(request: Approval, record: EffectRecord) -> ApprovalError:
     )
 
 
+_AMOUNT_BOUND = 10**30  # far beyond any amount in a currency's smallest unit
+
+
 def _amount_summary(params: Mapping[str, Any]) -> dict[str, str]:
     """The amount and currency of a compensation, for the two-person rule when it ends unknown. A compensation
     moves money back unless it says otherwise, so one without an integer ``amount`` is ``unknown``, which
     the rule treats as large (a provider refunds the whole charge when no amount is given)."""
     amount = params.get("amount")
     known = isinstance(amount, int) and not isinstance(amount, bool)
+    if (
+        isinstance(amount, int) and abs(amount) >= _AMOUNT_BOUND
+    ):  # no currency's amount; Python cannot even write 4,300+ digits
+        raise InvalidInput(f"a compensation's amount must be under {_AMOUNT_BOUND:.0e} in absolute value")
     summary = {"amount": str(amount) if known else "unknown"}
     if isinstance(params.get("currency"), str):
         summary["currency"] = params["currency"]

@@ -18,6 +18,7 @@ from functools import lru_cache, partial
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ._errors import InvalidInput, LedgerClosed, LedgerCorrupt, LedgerUnavailable, StorePermissionDenied
+from ._numbers import check_seconds
 from ._passwords import masked
 from ._pg_pooling import TRANSACTION_POOLING, check_pooling, connection_options, refused_by_pooler
 from ._pg_refusals import tables_refused
@@ -197,16 +198,23 @@ def _input_waiting(fd: int) -> bool:
     return bool(select.select([fd], [], [], 0)[0])
 
 
+_MAX_TIMEOUT = (2**31 - 1) / 1000  # seconds: PostgreSQL's largest statement_timeout
+
+
 class Configure:
     """What every new pool connection is set to before its first use."""
 
     __slots__ = ("pool_mode", "statement_timeout")
 
     def __init__(self, statement_timeout: float | None, pool_mode: str) -> None:
-        if statement_timeout is not None and not statement_timeout > 0:  # NaN is not > 0 either
-            raise InvalidInput(
-                f"statement_timeout must be a positive number of seconds or None, got {statement_timeout!r}"
-            )
+        if statement_timeout is not None:
+            # PostgreSQL counts whole milliseconds up to a 32-bit int: 0 would turn the timeout off, more is refused
+            # at every connection
+            seconds = check_seconds("statement_timeout", statement_timeout, positive=True, at_most=_MAX_TIMEOUT)
+            if seconds < 0.001:
+                raise InvalidInput(
+                    f"statement_timeout must be at least 0.001 seconds (1 ms), got {statement_timeout!r}"
+                )
         self.statement_timeout = None if statement_timeout is None else f"{round(statement_timeout * 1000)}ms"
         self.pool_mode = pool_mode
 

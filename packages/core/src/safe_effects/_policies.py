@@ -7,30 +7,17 @@ executor at the first call.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from datetime import timedelta
 
 from ._errors import InvalidInput
-
-
-def _seconds(policy: str, name: str, value: object, *, positive: bool) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidInput(f"{policy}.{name} must be a finite number of seconds, got {value!r}")
-    if value < 0 or (positive and value == 0):
-        bound = "more than 0" if positive else "0 or more"
-        raise InvalidInput(f"{policy}.{name} must be {bound} seconds, got {value!r}")
-
-
-def _count(policy: str, name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidInput(f"{policy}.{name} must be an int of 1 or more, got {value!r}")
+from ._numbers import check_count, check_seconds
 
 
 def _span(policy: str, name: str, value: object, *, positive: bool) -> None:
     if not isinstance(value, timedelta):
         raise InvalidInput(f"{policy}.{name} must be a datetime.timedelta, got {value!r}")
-    _seconds(policy, name, value.total_seconds(), positive=positive)
+    check_seconds(f"{policy}.{name}", value.total_seconds(), positive=positive)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,9 +30,9 @@ class RetryPolicy:
     max_wait: float = 5.0  # longest wait between attempts; a longer Retry-After defers the call instead
 
     def __post_init__(self) -> None:
-        _count("RetryPolicy", "max_attempts", self.max_attempts)
+        check_count("RetryPolicy.max_attempts", self.max_attempts)
         for name in ("max_total_seconds", "initial_wait", "max_wait"):
-            _seconds("RetryPolicy", name, getattr(self, name), positive=False)
+            check_seconds(f"RetryPolicy.{name}", getattr(self, name), positive=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +47,7 @@ class LeasePolicy:
     def __post_init__(self) -> None:
         _span("LeasePolicy", "duration", self.duration, positive=True)
         _span("LeasePolicy", "wait_for_other", self.wait_for_other, positive=False)
-        _seconds("LeasePolicy", "poll_interval", self.poll_interval, positive=True)
+        check_seconds("LeasePolicy.poll_interval", self.poll_interval, positive=True)
 
 
 DEFAULT_RETRY = RetryPolicy()

@@ -19,6 +19,7 @@ from ._bookkeeping import check_columns, check_versions
 from ._errors import InvalidInput, MissingDependency, StaleRecord
 from ._fork import keep_inherited, renew_in_children
 from ._migrations import MIGRATIONS, POSTGRES_BOOKKEEPING
+from ._numbers import check_count, check_seconds
 from ._pg_connections import (
     Checkout,
     Configure,
@@ -43,15 +44,19 @@ from ._rows import (
     Codec,
     RowEncoder,
     check_cursor_name,
+    check_limit,
     cursor_values,
     from_row,
     json_text,
     list_statement,
+    lookup_text,
     oldest_keys,
     plan_transition,
     purge_statuses,
     row_encoder,
     stale,
+    stored_value,
+    stored_values,
     to_row,
     utc,
 )
@@ -123,8 +128,25 @@ def _database_of(conn: Connection[Any]) -> tuple[str, str]:
     return str(row[0]), datetime.fromtimestamp(int(row[1]) / 1_000_000, UTC).isoformat()
 
 
+def _checked_settings(
+    conninfo: object, schema: str, *, min_size: object, max_size: object, timeout: object, connect: object
+) -> str:
+    """The schema, and the pool's settings refused by name before anything connects (psycopg_pool would raise a
+    bare error); returns the checked schema."""
+    if not isinstance(conninfo, str):
+        raise InvalidInput(f"conninfo must be a str, got {type(conninfo).__name__}")
+    smallest, largest = check_count("min_size", min_size, minimum=0), check_count("max_size", max_size)
+    if smallest > largest:
+        raise InvalidInput(f"min_size ({smallest}) must not be more than max_size ({largest})")
+    check_seconds("timeout", timeout, positive=True)
+    check_count("connect_timeout", connect)  # libpq's 0 would wait for ever
+    return _checked_schema(schema)
+
+
 def _checked_schema(schema: str) -> str:
     """``schema`` if this store can use it as a name, else :class:`InvalidInput` before anything is created."""
+    if not isinstance(schema, str):
+        raise InvalidInput(f"schema must be a str, got {type(schema).__name__}")
     if not schema:
         raise InvalidInput("schema must not be empty")
     if len(schema.encode()) > _MAX_IDENTIFIER_BYTES:
@@ -205,7 +227,9 @@ class PostgresStore:
             pool_class = interrupt_safe_pool()  # imports psycopg_pool
         except ImportError as error:
             raise MissingDependency("psycopg", "postgres") from error
-        self.schema = _checked_schema(schema)
+        self.schema = _checked_settings(
+            conninfo, schema, min_size=min_size, max_size=max_size, timeout=timeout, connect=connect_timeout
+        )
         configure = Configure(statement_timeout, checked_pool_mode(pool_mode))  # checked before connecting
         # behind a transaction pooler a caller's own connection (prepare(connection=...)) must not prepare the
         # store's statements either: the pool's connections are told so once, a caller's per statement
@@ -497,6 +521,7 @@ class PostgresStore:
 
     def get(self, tenant: str, intent_key: str) -> EffectRecord | None:
         check_tenant(tenant)
+        lookup_text(intent_key, "intent_key")
         with self._checkout() as conn:
             return self._fetch_one(conn, tenant, intent_key)
 
@@ -598,9 +623,7 @@ class PostgresStore:
         key_prefix: str | None = None,
     ) -> list[EffectRecord]:
         """Records in ``statuses``, least recently updated first; see :class:`Store`."""
-        if limit < 0:
-            raise InvalidInput(f"limit must be >= 0, got {limit}")
-        if not statuses:
+        if not stored_values(EffectStatus, statuses, "statuses"):  # checked here too: nothing to read
             return []
         query, params = self._list_query(
             statuses,
@@ -616,11 +639,13 @@ class PostgresStore:
 
     def find_by_provider_key(self, provider: str, provider_key: str) -> list[EffectRecord]:
         with self._checkout() as conn, conn.cursor(row_factory=self._dict_row) as cur:
-            rows = cur.execute(self._by_provider_key, (provider, provider_key)).fetchall()
+            looked_up = (lookup_text(provider, "provider"), lookup_text(provider_key, "provider_key"))
+            rows = cur.execute(self._by_provider_key, looked_up).fetchall()
         return [from_row(EffectRecord, row, self._codec) for row in rows]
 
     def audit_trail(self, tenant: str, intent_key: str) -> list[AuditEntry]:
         check_tenant(tenant)
+        lookup_text(intent_key, "intent_key")
         with self._checkout() as conn, conn.cursor(row_factory=self._dict_row) as cur:
             rows = cur.execute(self._audit_trail, (tenant, intent_key)).fetchall()
         return [from_row(AuditEntry, row, self._codec) for row in rows]
@@ -635,24 +660,25 @@ class PostgresStore:
         self, tenant: str, intent_key: str, *, verdicts: Collection[EvidenceVerdict] | None = None
     ) -> list[Evidence]:
         check_tenant(tenant)
+        lookup_text(intent_key, "intent_key")
+        wanted = None if verdicts is None else stored_values(EvidenceVerdict, verdicts, "verdicts")
         with self._checkout() as conn, conn.cursor(row_factory=self._dict_row) as cur:
-            if verdicts is None:
+            if wanted is None:
                 cur.execute(self._evidence_for, (tenant, intent_key))
             else:
-                wanted = [EvidenceVerdict(v).value for v in verdicts]
                 cur.execute(self._evidence_of_verdicts, (tenant, intent_key, wanted))
             rows = cur.fetchall()
         return [from_row(Evidence, row, self._codec) for row in rows]
 
     def status_counts(self, statuses: Collection[EffectStatus]) -> list[tuple[str, str, EffectStatus, int]]:
-        values = [EffectStatus(s).value for s in statuses]
+        values = stored_values(EffectStatus, statuses, "statuses")
         with self._checkout() as conn:
             rows = conn.execute(self._status_counts, (values,)).fetchall()
         return [(tenant, provider, EffectStatus(status), count) for tenant, provider, status, count in rows]
 
     def oldest_dispatched(self, status: EffectStatus) -> dict[str, datetime]:
         with self._checkout() as conn:
-            rows = conn.execute(self._oldest, (EffectStatus(status).value,)).fetchall()
+            rows = conn.execute(self._oldest, (stored_value(EffectStatus, status, "status"),)).fetchall()
         return {provider: oldest.astimezone(UTC) for provider, oldest in rows}
 
     def earliest_lease_expiry(self) -> dict[str, datetime]:
@@ -743,9 +769,9 @@ class PostgresStore:
         )
         params = {
             "t": None if tenant is None else check_tenant(tenant),
-            "k": intent_key,
-            "s": None if state is None else ApprovalState(state).value,
-            "limit": limit,
+            "k": None if intent_key is None else lookup_text(intent_key, "intent_key"),
+            "s": None if state is None else stored_value(ApprovalState, state, "state"),
+            "limit": check_limit(limit),
         }
         with self._checkout() as conn, conn.cursor(row_factory=self._dict_row) as cur:
             rows = cur.execute(query, params).fetchall()

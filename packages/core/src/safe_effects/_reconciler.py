@@ -23,6 +23,8 @@ from ._adapter import LOOKUP_ERROR, ProviderAdapter
 from ._clock import system_sleep
 from ._errors import InvalidInput, SafeEffectsError, StaleRecord
 from ._ledger import Ledger
+from ._ledger_check import check_ledger
+from ._numbers import check_count, check_seconds
 from ._rate import TokenBucket
 from ._records import EffectRecord
 from ._rows import MAX_CURSOR_NAME, check_cursor_name
@@ -114,6 +116,10 @@ class Reconciler:
     _ends: dict[str, Position | None] = field(default_factory=dict, init=False)  # where a finished sweep ends
 
     def __post_init__(self) -> None:
+        check_ledger(self.ledger, "Reconciler")
+        if not isinstance(self.adapters, Mapping):
+            raise InvalidInput(f"adapters must map provider names to adapters, got {type(self.adapters).__name__}")
+        check_seconds("max_wait", self.max_wait, positive=False)
         if self.cursor_name is not None and len(check_cursor_name(self.cursor_name)) > MAX_CURSOR_PREFIX:
             raise InvalidInput(
                 f"a reconciler cursor name must be at most {MAX_CURSOR_PREFIX} characters: each provider's cursor "
@@ -180,6 +186,7 @@ class Reconciler:
         """One sweep over at most ``limit`` records per provider; inconclusive ones stay unknown for the next
         run or a person. A reconciler whose clock is off sweeps nothing (:class:`ClockSkewed`): it judges every
         lease by that clock, and would take live calls over."""
+        check_count("limit", limit)  # 0 or less swept nothing and said so as a sweep that found nothing
         self.ledger._clock_guard.check()
         deferred: set[str] = set()  # providers whose lookups wait for the next sweep
         items: list[ReconcileItem] = []

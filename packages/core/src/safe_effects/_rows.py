@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
@@ -15,6 +15,7 @@ from pydantic_core import to_json
 
 from ._errors import InvalidInput, StaleRecord
 from ._keys import MAX_KEY_LENGTH, IntentKey
+from ._numbers import check_count
 from ._records import AuditEntry, EffectRecord
 from ._states import EffectStatus, check_transition
 from ._tenants import check_tenant
@@ -45,6 +46,38 @@ JSON_FIELDS = frozenset({"summary", "resolution", "detail"})
 KEY_FIELDS = frozenset({"intent_key", "compensates", "compensated_by"})
 # identity and bookkeeping columns only the store itself may set during a transition
 RESERVED_CHANGES = frozenset({"tenant", "intent_key", "status", "version", "created_at", "updated_at", "updated_by"})
+
+
+MAX_LIMIT = 2**31 - 1  # rows per read: far beyond any page, and within both stores' LIMIT
+
+
+def stored_value(kind: type[Enum], given: object, what: str) -> str:
+    """The stored text of ``given``, a member of ``kind`` or its text; else :class:`InvalidInput` listing them."""
+    try:
+        return str(kind(given).value)
+    except ValueError:
+        allowed = ", ".join(str(member.value) for member in kind)
+        raise InvalidInput(f"{what} {given!r:.80} is not one of: {allowed}") from None
+
+
+def stored_values(kind: type[Enum], given: object, what: str) -> list[str]:
+    """:func:`stored_value` of each of ``given``; a str is refused, which would be read letter by letter."""
+    if isinstance(given, str | bytes) or not isinstance(given, Iterable):
+        raise InvalidInput(f"{what} must be a collection of {kind.__name__}, got {given!r:.80}")
+    return [stored_value(kind, item, what) for item in given]
+
+
+def check_limit(limit: object) -> int:
+    """A read's ``limit``: a whole number of rows, 0 or more (SQLite reads -1 as no limit, PostgreSQL refuses it)."""
+    return check_count("limit", limit, minimum=0, maximum=MAX_LIMIT)
+
+
+def lookup_text(value: object, what: str) -> str:
+    """A key or id a read looks a row up by: a str a store can hold (SQLite would match nothing on a NUL, where
+    PostgreSQL refuses it with a driver error), so both stores answer alike."""
+    if not isinstance(value, str):
+        raise InvalidInput(f"{what} must be a str, got {type(value).__name__}")
+    return check_storable(value, what)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,11 +214,13 @@ def list_statement(
     single ``status IN (...)`` cannot be read in ``updated_at`` order, so the database would read and sort
     every record of those statuses, the whole history for a settled one, to return the first ``limit``.
     """
+    distinct = dict.fromkeys(stored_values(EffectStatus, statuses, "statuses"))  # one named twice is read once
+    limit = check_limit(limit)
     conditions: list[tuple[str, Any]] = []
     if tenant is not None:
         conditions.append((f"tenant_id = {mark}", check_tenant(tenant)))
     if provider is not None:
-        conditions.append((f"provider = {mark}", provider))
+        conditions.append((f"provider = {mark}", lookup_text(provider, "provider")))
     if updated_before is not None:
         conditions.append((f"updated_at < {mark}", codec.time_out(utc(updated_before, "updated_before"))))
     if key_prefix is not None:  # substr, not LIKE: SQLite's LIKE ignores case, and % or _ in a key are literal
@@ -194,13 +229,12 @@ def list_statement(
     cursor: list[Any] = []
     where = ""
     if after is not None:  # the first bound lets the index start at the cursor; the row comparison breaks ties
-        at = codec.time_out(utc(after[0], "after"))
+        at, tenant_after, key_after = cursor_values(after, codec)
         where = f" AND updated_at >= {mark} AND (updated_at, tenant_id, intent_key) > ({mark}, {mark}, {mark})"
-        cursor = [at, at, check_tenant(after[1]), after[2]]
+        cursor = [at, at, tenant_after, key_after]
     where = "".join(f" AND {condition}" for condition, _ in conditions) + where
     values = [value for _, value in conditions] + cursor
     order = f" ORDER BY updated_at, tenant_id, intent_key LIMIT {mark}"
-    distinct = dict.fromkeys(EffectStatus(s).value for s in statuses)  # a status named twice is read once
     parts = [(f"{select} WHERE status = {mark}{where}{order}", [status, *values, limit]) for status in distinct]
     if len(parts) == 1:
         return parts[0]
@@ -222,7 +256,7 @@ def purge_statuses(
 ) -> list[str]:
     """``purge``'s statuses as stored, checked the same way by both stores: empty when there is nothing to
     delete (no status, no room, an empty key list); more keys than ``limit`` is refused."""
-    values = [EffectStatus(s).value for s in statuses]
+    values = stored_values(EffectStatus, statuses, "statuses")
     if not values or limit <= 0 or (keys is not None and not keys):
         return []
     if keys is not None and len(keys) > limit:
@@ -320,10 +354,12 @@ def check_cursor_name(name: object) -> str:
 
 def cursor_values(position: tuple[datetime, str, str], codec: Codec) -> tuple[Any, str, str]:
     """A list position (updated_at, tenant, intent key) as bind values, checked like a record's."""
+    given: object = position  # as passed at run time, whatever the annotation promises
+    if not isinstance(given, tuple) or len(given) != 3 or not isinstance(given[0], datetime):
+        raise InvalidInput(f"a list position must be a tuple (updated_at, tenant, intent key), got {given!r:.80}")
     at, tenant, intent_key = position
-    if not isinstance(intent_key, str):
-        raise InvalidInput(f"a cursor position's intent key must be a str, got {type(intent_key).__name__}")
-    return codec.time_out(utc(at, "the cursor position's updated_at")), check_tenant(tenant), intent_key
+    key = lookup_text(intent_key, "a cursor position's intent key")
+    return codec.time_out(utc(at, "the cursor position's updated_at")), check_tenant(tenant), key
 
 
 def stale(record: EffectRecord, found: EffectRecord | None) -> StaleRecord:

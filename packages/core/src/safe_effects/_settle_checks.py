@@ -8,11 +8,41 @@ another object.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from ._approvals import Approval
 from ._errors import InvalidInput
-from ._records import EffectRecord, Evidence, EvidenceVerdict
+from ._records import EffectRecord, Evidence, EvidenceVerdict, Resolution
 from ._states import EffectStatus
 
 _TOOK = frozenset({EvidenceVerdict.CONFIRMS, EvidenceVerdict.ACCEPTS})  # events that name the object made
+
+
+def check_settlement(  # settle's own arguments, checked together
+    record: object,
+    resolution: object,
+    actor: object,
+    provider_result_id: object,
+    response_digest: object,
+    *,
+    detail: object,
+    approval: object,
+) -> None:
+    """Refuse :meth:`Ledger.settle`'s arguments of the wrong type by name, before anything is read or written
+    (they were raw ``TypeError`` or ``AttributeError`` from deep in the write, and a blank actor was written)."""
+    if not isinstance(record, EffectRecord):
+        raise InvalidInput(f"record must be an EffectRecord (Ledger.get), got {type(record).__name__}")
+    if not isinstance(resolution, Resolution):
+        raise InvalidInput(f"resolution must be a Resolution, got {type(resolution).__name__}")
+    if not isinstance(actor, str) or not actor.strip():
+        raise InvalidInput(f"actor must be a non-blank str naming who settles it, got {actor!r:.80}")
+    for name, value in (("provider_result_id", provider_result_id), ("response_digest", response_digest)):
+        if value is not None and not isinstance(value, str):
+            raise InvalidInput(f"{name} must be a str or None, got {type(value).__name__}")
+    if detail is not None and not isinstance(detail, Mapping):
+        raise InvalidInput(f"detail must be a mapping or None, got {type(detail).__name__}")
+    if approval is not None and not isinstance(approval, Approval):
+        raise InvalidInput(f"approval must be an Approval or None, got {type(approval).__name__}")
 
 
 def refuse_contradicted(

@@ -21,21 +21,26 @@ from ._bookkeeping import check_columns, check_versions
 from ._errors import InvalidInput, LedgerClosed, LedgerCorrupt, LedgerUnavailable
 from ._fork import renew_in_children
 from ._migrations import MIGRATIONS, SQLITE_BOOKKEEPING
+from ._numbers import check_seconds
 from ._records import AuditEntry, EffectRecord, Evidence, EvidenceVerdict
 from ._rows import (
     AUDIT_COLUMNS,
     RECORD_COLUMNS,
     Codec,
     check_cursor_name,
+    check_limit,
     cursor_values,
     from_row,
     json_text,
     list_statement,
+    lookup_text,
     oldest_keys,
     plan_transition,
     purge_statuses,
     row_encoder,
     stale,
+    stored_value,
+    stored_values,
     to_row,
     utc,
 )
@@ -262,6 +267,9 @@ def _autocommits(connection: sqlite3.Connection) -> bool:
     return connection.isolation_level is None or getattr(connection, "autocommit", None) is True
 
 
+_MAX_BUSY_TIMEOUT = (2**31 - 1) / 1000  # seconds: SQLite takes the busy timeout as a 32-bit count of ms
+
+
 class SQLiteStore:
     """A :class:`~safe_effects.Store` on one SQLite file.
 
@@ -270,6 +278,9 @@ class SQLiteStore:
     """
 
     def __init__(self, path: str | Path, *, busy_timeout: float = 30.0) -> None:
+        if not isinstance(path, str | os.PathLike):
+            raise InvalidInput(f"SQLiteStore needs a file path (str or os.PathLike), got {type(path).__name__}")
+        check_seconds("busy_timeout", busy_timeout, positive=False, at_most=_MAX_BUSY_TIMEOUT)
         if str(path) in ("", ":memory:") or str(path).startswith("file:"):
             raise InvalidInput(f"SQLiteStore needs a file path shared by every thread, got {str(path)!r}")
         self.path = Path(path).absolute()  # fixed at open: a later os.chdir must not move the ledger
@@ -448,7 +459,7 @@ class SQLiteStore:
 
     @_reads
     def get(self, tenant: str, intent_key: str) -> EffectRecord | None:
-        return self._select(self._conn(), check_tenant(tenant), intent_key)
+        return self._select(self._conn(), check_tenant(tenant), lookup_text(intent_key, "intent_key"))
 
     def transition(
         self,
@@ -498,9 +509,7 @@ class SQLiteStore:
         key_prefix: str | None = None,
     ) -> list[EffectRecord]:
         """Records in ``statuses``, least recently updated first; see :class:`Store`."""
-        if limit < 0:
-            raise InvalidInput(f"limit must be >= 0, got {limit}")
-        if not statuses:
+        if not stored_values(EffectStatus, statuses, "statuses"):  # checked here too: nothing to read
             return []
         query, params = list_statement(
             _SELECT,
@@ -520,7 +529,8 @@ class SQLiteStore:
     def find_by_provider_key(self, provider: str, provider_key: str) -> list[EffectRecord]:
         rows = _rows(
             self._conn().execute(
-                f"{_SELECT} WHERE provider = ? AND provider_key = ? ORDER BY created_at", (provider, provider_key)
+                f"{_SELECT} WHERE provider = ? AND provider_key = ? ORDER BY created_at",
+                (lookup_text(provider, "provider"), lookup_text(provider_key, "provider_key")),
             )
         )
         return [from_row(EffectRecord, row, _CODEC) for row in rows]
@@ -531,7 +541,7 @@ class SQLiteStore:
             self._conn().execute(
                 f"SELECT {', '.join(AUDIT_COLUMNS)} FROM effect_audit "
                 "WHERE tenant_id = ? AND intent_key = ? ORDER BY id",
-                (check_tenant(tenant), intent_key),
+                (check_tenant(tenant), lookup_text(intent_key, "intent_key")),
             )
         )
         return [from_row(AuditEntry, row, _CODEC) for row in rows]
@@ -551,20 +561,20 @@ class SQLiteStore:
     def evidence_for(
         self, tenant: str, intent_key: str, *, verdicts: Collection[EvidenceVerdict] | None = None
     ) -> list[Evidence]:
-        wanted = [] if verdicts is None else [EvidenceVerdict(v).value for v in verdicts]
+        wanted = [] if verdicts is None else stored_values(EvidenceVerdict, verdicts, "verdicts")
         only = "" if verdicts is None else f"AND verdict IN ({', '.join('?' * len(wanted))}) "
         rows = _rows(
             self._conn().execute(
                 f"SELECT {', '.join(_EVIDENCE_COLUMNS)} FROM effect_evidence "
                 f"WHERE tenant_id = ? AND intent_key = ? {only}ORDER BY received_at, id",
-                (check_tenant(tenant), intent_key, *wanted),
+                (check_tenant(tenant), lookup_text(intent_key, "intent_key"), *wanted),
             )
         )
         return [from_row(Evidence, row, _CODEC) for row in rows]
 
     @_reads
     def status_counts(self, statuses: Collection[EffectStatus]) -> list[tuple[str, str, EffectStatus, int]]:
-        values = [EffectStatus(s).value for s in statuses]
+        values = stored_values(EffectStatus, statuses, "statuses")
         if not values:
             return []
         # INDEXED BY: with ANALYZE's statistics (PRAGMA optimize writes them) and no STAT4, SQLite takes each
@@ -582,7 +592,7 @@ class SQLiteStore:
         rows = self._conn().execute(
             "SELECT provider, min(coalesce(first_dispatched_at, updated_at)) "
             f"FROM effect_intents INDEXED BY {_STATUS_INDEX} WHERE status = ? GROUP BY provider",
-            (EffectStatus(status).value,),
+            (stored_value(EffectStatus, status, "status"),),
         )
         return {provider: _CODEC.time_in(oldest) for provider, oldest in rows}
 
@@ -684,8 +694,14 @@ class SQLiteStore:
         for column, value in (("tenant_id", tenant), ("intent_key", intent_key), ("state", state)):
             if value is not None:
                 query += f" AND {column} = ?"
-                params.append(check_tenant(value) if column == "tenant_id" else str(value))
-        rows = _rows(self._conn().execute(query + " ORDER BY id LIMIT ?", (*params, limit)))
+                params.append(
+                    check_tenant(value)
+                    if column == "tenant_id"
+                    else lookup_text(value, "intent_key")
+                    if column == "intent_key"
+                    else stored_value(ApprovalState, value, "state")
+                )
+        rows = _rows(self._conn().execute(query + " ORDER BY id LIMIT ?", (*params, check_limit(limit))))
         return [from_row(Approval, row, _CODEC) for row in rows]
 
     def decide_approval(

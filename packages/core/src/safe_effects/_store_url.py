@@ -31,7 +31,10 @@ def parse_postgres_url(url: str) -> PostgresUrl:
     Every other parameter is kept byte for byte: re-encoding them would turn ``%20`` into ``+``, which libpq
     (percent-decoding only) would pass on as a plus sign.
     """
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as bad:  # "Invalid IPv6 URL": said without the URL, which may hold a password
+        raise InvalidInput(f"not a PostgreSQL URL: {bad}") from None
     kept: list[str] = []
     found: dict[str, str] = {}
     for item in parts.query.split("&") if parts.query else []:
@@ -47,6 +50,10 @@ def parse_postgres_url(url: str) -> PostgresUrl:
 def open_store(url: str) -> Store:
     """``sqlite:///relative.db``, ``sqlite:////abs/path.db`` or
     ``postgresql://...[?schema=name][&pool_mode=transaction]``."""
+    if not isinstance(url, str):
+        raise InvalidInput(f"a store URL must be a str, got {type(url).__name__}")
+    if "\x00" in url:
+        raise InvalidInput("a store URL holds a NUL character")
     scheme = url.partition("://")[0] if "://" in url else ""
     if scheme == "sqlite":
         if not url.startswith(SQLITE_PREFIX) or len(url) == len(SQLITE_PREFIX):

@@ -30,6 +30,8 @@ def _params(text: str) -> dict[str, Any]:
         params = json.loads(text)
     except json.JSONDecodeError as error:
         raise InvalidInput(f"--params is not valid JSON: {error}") from error
+    except (RecursionError, ValueError) as error:  # nested past Python's depth, or a number past 4,300 digits
+        raise InvalidInput(f"--params cannot be read: {type(error).__name__}: {error}") from None
     if not isinstance(params, dict):
         raise InvalidInput("--params must be a JSON object")
     return params
