@@ -192,6 +192,18 @@ def test_an_adapter_that_cannot_be_built_and_a_missing_ledger_are_problems(check
     assert reports["sendgrid"]["ok"]  # the others are still checked
 
 
+def test_an_ses_adapter_without_a_region_names_the_setting(check: Run, tmp_path: Path) -> None:
+    """botocore's own refusal ("You must specify a region") named no setting to set."""
+    unset = dict.fromkeys(("SES_SAFE_REGION", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"))
+    status, reports = check(**unset, AWS_CONFIG_FILE=str(tmp_path / "no-aws-config"))
+
+    assert status == 1
+    assert reports["ses"]["problems"] == [
+        "the adapter for provider 'ses' (ses_safe:adapter_from_env) could not be built: SES_SAFE_REGION (or "
+        "AWS_REGION, or a region in the AWS config) is not set in the environment"
+    ]
+
+
 def test_an_adapter_without_a_deploy_check_is_reported_unchecked(ops: Ops) -> None:
     result = CliRunner().invoke(app, ["check", "--json", "--adapters", "ops_fake_adapters:adapters"], env=ops.env)
 

@@ -15,7 +15,7 @@ import requests
 import stripe
 from stripe.oauth_error import InvalidGrantError
 
-from safe_effects import EffectRejected, EffectStatus, InvalidInput, UnguardedCall
+from safe_effects import EffectRejected, EffectStatus, EffectUnknown, InvalidInput, UnguardedCall
 from safe_effects.testing import Fault
 from stripe_safe import AnswerUnavailable, StripeClient, receipt_of
 from stripe_safe.testing import server_error_fault, stripe_error_fault
@@ -102,6 +102,24 @@ def test_async_reads_work_as_on_the_raw_sdk(env: Env) -> None:
     assert len(env.fake.requests("GET", f"/v1/payment_intents/{created.id}")) == 1
     assert env.fake.effect_count("payment_intents.create") == 1
     assert env.record().status is EffectStatus.CONFIRMED
+
+
+def test_max_network_retries_retries_reads_and_never_a_write(env: Env) -> None:
+    """``max_network_retries=2``, as a raw SDK user may have it, once refused the client; it now retries reads
+    (a read repeated is still a read) while every write goes once, as the ledger needs."""
+    client = StripeClient(
+        API_KEY, ledger=env.ledger, base_addresses={"api": env.fake.url}, timeout=SHORT_TIMEOUT, max_network_retries=2
+    )
+    env.fake.inject(server_error_fault(method="POST"))
+    with pytest.raises(EffectUnknown):
+        client.v1.payment_intents.create(params=PI, options={"idempotency_key": KEY})
+    assert (env.posts(), env.record().status) == (1, EffectStatus.UNKNOWN)  # no SDK retry of the write
+    created = client.v1.payment_intents.create(params=PI, options={"idempotency_key": KEY})  # the key's replay
+    assert env.posts() == 2
+    env.fake.inject(server_error_fault(method="GET"))
+    assert client.v1.payment_intents.retrieve(created.id).id == created.id
+    assert len(env.fake.requests("GET", f"/v1/payment_intents/{created.id}")) == 2  # the 500, then the retry
+    assert len(env.fake.payment_intents) == 1
 
 
 def test_a_preview_invoice_is_a_read_no_key_needed_nothing_recorded(env: Env) -> None:

@@ -475,10 +475,8 @@ def test_transport_settings_beside_an_http_client_are_refused_as_the_sdk_refuses
         stripe.StripeClient(API_KEY, http_client=http_client, **setting)  # type: ignore[arg-type]
 
 
-def test_sdk_retries_are_refused_at_construction_and_forced_off_per_call(env: Env) -> None:
-    with pytest.raises(ValueError, match="max_network_retries"):
-        StripeClient(API_KEY, ledger=env.ledger, base_addresses={"api": env.fake.url}, max_network_retries=2)
-
+def test_sdk_retries_a_call_asks_for_are_forced_off_for_a_write(env: Env) -> None:
+    """The client's own ``max_network_retries=`` is tested in test_dropin (reads only)."""
     env.fake.inject(server_error_fault(times=4))  # enough 500s for every retry the SDK would make
     with pytest.raises(EffectUnknown):
         env.client.v1.payment_intents.create(

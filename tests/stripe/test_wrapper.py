@@ -453,6 +453,14 @@ def test_reads_pass_through_and_the_opt_out_is_spelled_out(env: Env) -> None:
         env.client.without_ledger(reason=" ")
 
 
+def test_the_opt_out_keeps_the_clients_oauth_client_id(env: Env) -> None:
+    """It was dropped: the plain client's ``oauth.authorize_url()`` raised "No client_id provided"."""
+    client = StripeClient(API_KEY, ledger=env.ledger, base_addresses={"api": env.fake.url}, client_id="ca_123")
+    url = client.without_ledger(reason="an OAuth link sends nothing").oauth.authorize_url({"scope": "read_write"})
+    assert "client_id=ca_123" in url
+    assert env.fake.requests() == []
+
+
 def test_a_purged_intents_payment_intent_does_not_settle_the_key_recorded_again(env: Env) -> None:
     """Stripe's search keeps every object. Once a settled record is purged and its key recorded again, the
     PaymentIntent made for the purged one must not confirm today's, whose create never reached Stripe."""

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 
 import boto3
 
+from safe_effects import InvalidInput
+
 from ._adapter import SesAdapter
 from ._client import boundary_config
 from ._contract import CONNECT_TIMEOUT, READ_TIMEOUT
@@ -16,9 +18,14 @@ def adapter_from_env(env: Mapping[str, str]) -> SesAdapter:
 
     Lookups read ``get_message_insights`` (sesv2); SES events recorded as evidence settle the rest.
     """
+    session = boto3.session.Session()
     region = env.get("SES_SAFE_REGION") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+    if not (region or session.region_name):  # botocore's own words ("You must specify a region") name no setting
+        raise InvalidInput(
+            "SES_SAFE_REGION (or AWS_REGION, or a region in the AWS config) is not set in the environment"
+        )
     endpoint = env.get("SES_SAFE_ENDPOINT_URL") or None
-    v2 = boto3.session.Session().client(
+    v2 = session.client(
         "sesv2",
         region_name=region,
         endpoint_url=endpoint,

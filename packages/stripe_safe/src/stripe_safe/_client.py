@@ -446,8 +446,6 @@ class StripeClient(stripe.StripeClient):
         http_client: stripe.RequestsClient | None = None,
     ) -> None:
         ledger = check_ledger(ledger, "stripe_safe.StripeClient")
-        if max_network_retries:
-            raise ValueError("stripe_safe forces max_network_retries=0: SDK retries would hide unknown outcomes")
         if http_client is not None and (proxy or verify_ssl_certs is not True):  # as the SDK refuses it
             raise ValueError(
                 "You cannot specify `proxy` or `verify_ssl_certs` when passing `http_client`: "
@@ -473,7 +471,9 @@ class StripeClient(stripe.StripeClient):
             stripe_version=stripe_version,
             base_addresses=base_addresses,
             client_id=client_id,
-            max_network_retries=0,
+            # reads only: every write is sent with max_network_retries=0 whatever this says (see send), since an
+            # SDK retry would send it again; a read repeated is still a read. None keeps reads unretried too
+            max_network_retries=max_network_retries or 0,
             http_client=http_client,
         )
         plain = self._requestor
@@ -525,6 +525,7 @@ class StripeClient(stripe.StripeClient):
             stripe_context=options.stripe_context,
             stripe_version=options.stripe_version,
             base_addresses=options.base_addresses,
+            client_id=self._options.client_id,  # OAuth's authorize_url needs it
             max_network_retries=0,
             http_client=self._requestor._client,
         )
