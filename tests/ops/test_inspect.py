@@ -218,3 +218,31 @@ def test_errors_are_one_line_on_stderr_without_traceback(ops: Ops) -> None:
     bad_store = ops.cli("list", env={"SAFE_EFFECTS_STORE": "mysql://x"})
     assert bad_store.exit_code == 1
     assert "unknown store URL scheme" in bad_store.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (
+            ("reconcile", "--adapters", "os:sep"),
+            "--adapters 'os:sep' is a str, not a callable returning the adapters",
+        ),
+        (
+            ("metrics", "--addr", "no such host.invalid", "--port", "0"),
+            "cannot serve metrics on no such host.invalid:0",
+        ),
+        (  # refused as the CLI ledger's worker id, before: "worker_id holds ..."
+            ("resolve", KEY, "--as", "rejected", "--operator", "b\udcffob", "--reason", "r", "--expect-version", "2"),
+            "operator identity (--operator) holds a lone surrogate or NUL",
+        ),
+        (("list", "--provider", "p\udcff"), "provider holds a lone surrogate or NUL"),
+    ],
+    ids=["adapters not callable", "metrics address", "operator", "provider"],
+)
+def test_a_bad_option_is_a_typed_one_line_error_naming_it(ops: Ops, args: tuple[str, ...], said: str) -> None:
+    """Each was an untyped ``error: TypeError/gaierror/UnicodeEncodeError`` line, or named the wrong setting."""
+    before = ops.ledger.store.list_by_status(list(EffectStatus))
+    refused = ops.cli(*args)
+    assert refused.exit_code == 1
+    assert refused.stderr.startswith(f"error [invalid_input]: {said}")
+    assert ops.ledger.store.list_by_status(list(EffectStatus)) == before

@@ -72,6 +72,8 @@ def load_adapters(
         unfound = isinstance(error, ModuleNotFoundError) and error.name == module_name.partition(".")[0]
         hint = " (a module in the current directory: PYTHONPATH=. safe-effects ...)" if unfound else ""
         raise InvalidInput(f"--adapters {spec!r} cannot be loaded: {error}{hint}") from error
+    if not callable(factory):
+        raise InvalidInput(f"--adapters {spec!r} is a {type(factory).__name__}, not a callable returning the adapters")
     adapters = factory()
     if not isinstance(adapters, Mapping):
         raise InvalidInput(f"--adapters {spec!r} must return a dict of provider name -> adapter")

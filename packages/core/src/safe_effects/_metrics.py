@@ -14,7 +14,7 @@ from types import ModuleType
 from typing import Any
 
 from ._clock import Clock, system_clock
-from ._errors import MissingDependency
+from ._errors import InvalidInput, MissingDependency
 from ._fork import renew_in_children
 from ._states import UNSETTLED, EffectStatus
 from ._store import Store
@@ -267,4 +267,7 @@ def store_registry(store: Store, *, clock: Clock = system_clock) -> Any:
 
 def serve(registry: Any, *, port: int, addr: str = "0.0.0.0") -> Any:
     """Serve ``registry`` on ``addr:port`` from a daemon thread; returns the server."""
-    return prometheus().start_http_server(port, addr=addr, registry=registry)
+    try:
+        return prometheus().start_http_server(port, addr=addr, registry=registry)
+    except OSError as refused:  # a name that resolves to nothing, a port in use or not this user's to bind
+        raise InvalidInput(f"cannot serve metrics on {addr}:{port}: {refused.strerror or refused}") from refused

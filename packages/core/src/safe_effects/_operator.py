@@ -41,8 +41,9 @@ class Decision:
 
 
 def actor(operator: str) -> str:
-    """Audit rows name people as ``operator:<name>`` so they never look like a worker id."""
-    return f"operator:{operator}"
+    """Audit rows name people as ``operator:<name>`` so they never look like a worker id; the name is checked
+    first, so a bad one is refused as ``--operator`` and not as the CLI ledger's worker id."""
+    return f"operator:{_identity(operator)}"
 
 
 def _required(value: str | None, what: str) -> str:
