@@ -169,3 +169,37 @@ def test_a_connection_of_another_driver_is_named_with_what_to_pass_instead(
             ledger.prepare(adapter, REQUEST, intent_key=KEY, connection=app)
         with pytest.raises(IntentNotFound):
             ledger.get(KEY)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+@pytest.mark.parametrize("state", ["closed", "aborted", "read-only"])
+def test_a_connection_in_a_state_that_cannot_take_the_row_is_refused_by_name(
+    store_url: str, pg_url: str, adapter: GenericFakeAdapter, state: str
+) -> None:
+    """Each raised the driver's own error (OperationalError, InFailedSqlTransaction, ReadOnlySqlTransaction)."""
+    with Ledger.open(store_url) as ledger, psycopg.connect(pg_url) as app:
+        if state == "closed":
+            app.close()
+        elif state == "aborted":
+            with pytest.raises(psycopg.errors.DivisionByZero):
+                app.execute("SELECT 1 / 0")
+        else:
+            app.execute("SET TRANSACTION READ ONLY")
+        named = {"closed": "is closed", "aborted": "transaction is aborted", "read-only": "transaction is read-only"}
+        with pytest.raises(InvalidInput, match=f"^connection('s)? {named[state]}"):
+            ledger.prepare(adapter, REQUEST, intent_key=KEY, connection=app)
+        with pytest.raises(IntentNotFound):
+            ledger.get(KEY)
+    assert adapter.fake.effects() == []
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_a_closed_sqlite_connection_is_refused_by_name(store_url: str, adapter: GenericFakeAdapter) -> None:
+    with Ledger.open(store_url) as ledger:
+        app = sqlite3.connect(_sqlite_path(store_url))
+        app.close()
+        with pytest.raises(InvalidInput, match=r"^connection is closed"):  # was sqlite3.ProgrammingError
+            ledger.prepare(adapter, REQUEST, intent_key=KEY, connection=app)
+        with pytest.raises(IntentNotFound):
+            ledger.get(KEY)

@@ -472,6 +472,15 @@ class PostgresStore:
                 return self._insert_or_get(conn, record, params)
         if not isinstance(connection, self._connection_type):
             raise InvalidInput(f"connection must be a psycopg (3) Connection, got {kind_of(connection)}{_HOW_TO_GET}")
+        if connection.closed:
+            raise InvalidInput(
+                "connection is closed: prepare joins the caller's open transaction; nothing was recorded"
+            )
+        if connection.info.transaction_status.name == "INERROR":
+            raise InvalidInput(
+                "connection's transaction is aborted (a statement in it failed): roll it back and run the business "
+                "change again; nothing was recorded"
+            )
         if connection.autocommit and connection.info.transaction_status.name == "IDLE":
             # the row would commit at once and outlive a rollback of the business change it belongs with
             raise InvalidInput(
@@ -479,7 +488,12 @@ class PostgresStore:
                 "transaction, so pass a connection with autocommit off, or call it inside conn.transaction()"
             )
         self._check_same_database(connection)
-        return self._insert_or_get(connection, record, params)
+        from psycopg.errors import ReadOnlySqlTransaction  # noqa: PLC0415  # optional extra, loaded by now
+
+        try:
+            return self._insert_or_get(connection, record, params)
+        except ReadOnlySqlTransaction as refused:  # SET TRANSACTION READ ONLY, or a replica: the caller's to change
+            raise InvalidInput(f"connection's transaction is read-only: {refused}; nothing was recorded") from None
 
     def _check_same_database(self, connection: Connection[Any]) -> None:
         """Refuse a caller's connection to another database: the row would land in whatever ledger schema of

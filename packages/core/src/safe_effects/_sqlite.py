@@ -429,7 +429,10 @@ class SQLiteStore:
         tuples, whatever ``row_factory`` the caller's connection has."""
         if not isinstance(connection, sqlite3.Connection):
             raise InvalidInput(f"connection must be a sqlite3.Connection, got {kind_of(connection)}")
-        cursor = connection.cursor()
+        try:
+            cursor = connection.cursor()
+        except sqlite3.ProgrammingError:  # "Cannot operate on a closed database."
+            raise InvalidInput("connection is closed: prepare joins the caller's open transaction") from None
         cursor.row_factory = None
         files = [row[2] for row in cursor.execute("PRAGMA database_list") if row[1] == "main"]
         if not files or Path(files[0]).resolve() != self.path.resolve():
