@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -193,6 +193,11 @@ def test_settle_refuses_another_tenants_record_before_reading_its_evidence(world
         ({"kind": ""}, InvalidInput, "evidence kind must not be blank"),
         ({"event_id": "x" * 1001}, InvalidInput, r"evidence event_id takes at most 1000 bytes \(UTF-8\)"),
         ({"provider": "é" * 101}, InvalidInput, r"evidence provider takes at most 200 bytes \(UTF-8\)"),
+        (
+            {"received_at": datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=14)))},
+            InvalidInput,
+            "received_at has no UTC time within the years 1 to 9999",  # was a raw OverflowError
+        ),
     ],
     ids=[
         "inf detail",
@@ -206,6 +211,7 @@ def test_settle_refuses_another_tenants_record_before_reading_its_evidence(world
         "blank kind",
         "long event id",
         "long provider",
+        "no utc instant",
     ],
 )
 def test_evidence_that_no_store_keeps_is_refused_and_settles_nothing(

@@ -101,7 +101,10 @@ def utc(value: datetime, name: str) -> datetime:
         return value
     if value.utcoffset() is None:
         raise InvalidInput(f"{name} must be a timezone-aware datetime, got naive {value.isoformat()}")
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # year 1 east of UTC, or 9999 west of it: no UTC instant to store
+        raise InvalidInput(f"{name} has no UTC time within the years 1 to 9999: {value.isoformat()}") from None
 
 
 class _TimeOut:
