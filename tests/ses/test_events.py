@@ -638,6 +638,38 @@ def test_sns_certificate_urls_of_every_partition_are_taken() -> None:
     assert is_sns_certificate_url("https://sns.cn-north-1.amazonaws.com.cn/SimpleNotificationService-abc.pem")
 
 
+def test_a_message_naming_a_certificate_that_cannot_be_fetched_does_not_hold_back_the_genuine_ones_behind_it(
+    ledger: Ledger, queue: tuple[Any, str], unknown_send: tuple[str, dict[str, str]], signer: SnsSigner
+) -> None:
+    """One message with a certificate URL on an SNS host that does not exist stopped the batch at it on every
+    poll, so the genuine Delivery behind it waited until the dead-letter queue took both: the send stayed
+    unknown. Now the batch goes on; the failure is raised at its end, for ``run`` to back off."""
+    message_id, tags = unknown_send
+    sqs, queue_url = queue
+    poison = json.loads(signer.sign(sns_envelope(ses_event("Reject", message_id=message_id, tags=tags))))
+    poison["SigningCertURL"] = "https://sns.us-east-1.amazonaws.com/no-such-certificate.pem"
+
+    def fetch(url: str) -> bytes:
+        if url != signer.cert_url:
+            raise OSError("404 Not Found")
+        return signer.fetch(url)
+
+    poller = ses_safe.SQSEventPoller(
+        ledger, sqs, queue_url, visibility_timeout=30, signatures=ses_safe.SnsSignatures(fetch=fetch)
+    )
+    sqs.send_message(QueueUrl=queue_url, MessageBody=json.dumps(poison))
+    genuine = signer.sign(sns_envelope(ses_event("Delivery", message_id=message_id, tags=tags)))
+    sqs.send_message(QueueUrl=queue_url, MessageBody=genuine)
+    with pytest.raises(ses_safe.SnsCertificateUnavailable):
+        poller.poll_once()
+    assert (poller.counts["error"], poller.counts["recorded"]) == (1, 1)
+    assert ledger.get(KEY).status is EffectStatus.CONFIRMED
+    assert [e.kind for e in ledger.store.evidence_for("default", KEY)] == ["Delivery"]
+    counts = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["All"])["Attributes"]
+    left = int(counts["ApproximateNumberOfMessages"]) + int(counts["ApproximateNumberOfMessagesNotVisible"])
+    assert left == 1  # the poison, kept for the dead-letter queue; the Delivery was deleted once recorded
+
+
 def test_the_poller_keeps_forged_messages_and_waits_for_an_unreachable_certificate(
     ledger: Ledger,
     queue: tuple[Any, str],

@@ -26,7 +26,7 @@ log = logging.getLogger("ses_safe")
 ERROR = "error"  # the counter key for messages left on the queue because ingesting them raised
 UNTRUSTED = "untrusted_topic"  # the counter key for messages from a topic not expected: kept, nothing recorded
 BAD_SIGNATURE = "sns_signature_invalid"  # the counter key for messages whose SNS signature fails: kept, likewise
-# what stops a batch after a warning naming the message it stopped at (see poll_once)
+# what poll_once warned of, naming the message, before it raised it (see poll_once)
 _WARNED_IN_BATCH = (LedgerUnavailable, SnsCertificateUnavailable)
 
 
@@ -65,11 +65,14 @@ class SQSEventPoller:
         """One receive call; each message is ingested and deleted, unless ingesting it raised or its topic is not
         expected (then it is redelivered, or moved to the queue's dead-letter queue by its redrive policy).
 
-        A ledger that does not answer (:class:`LedgerUnavailable`), or SNS certificates that cannot be fetched
-        now, stops the batch at the first message that meets it, logged once, and is raised once the messages
-        ingested before it are deleted: the rest would each wait and fail alike, and a loop that received again
-        at once would count receives against every message until the dead-letter queue took them all (``run``
-        backs off instead)."""
+        A ledger that does not answer (:class:`LedgerUnavailable`) stops the batch at the first message that
+        meets it, logged once, and is raised once the messages ingested before it are deleted: the rest would
+        each wait and fail alike, and a loop that received again at once would count receives against every
+        message until the dead-letter queue took them all (``run`` backs off instead). A message whose SNS
+        certificate cannot be fetched now is left on the queue and the batch goes on, since the others' may be
+        cached (one message naming a certificate URL that does not exist would otherwise hold back every
+        genuine event behind it until the dead-letter queue took them); the first such failure is raised at the
+        batch's end, so that ``run`` backs off as for an outage."""
         options: dict[str, Any] = {
             "QueueUrl": self._queue_url,
             "MaxNumberOfMessages": self._batch_size,
@@ -78,6 +81,7 @@ class SQSEventPoller:
         if self._visibility_timeout is not None:
             options["VisibilityTimeout"] = self._visibility_timeout
         results: list[IngestResult] = []
+        uncertified: SnsCertificateUnavailable | None = None  # raised once the batch is through
         for message in self._sqs.receive_message(**options).get("Messages", []):
             try:
                 body = message.get("Body", "")
@@ -86,7 +90,12 @@ class SQSEventPoller:
                 log.error("SES event %s refused, left on the queue: %s", message.get("MessageId"), refused)
                 self.counts[UNTRUSTED if isinstance(refused, UntrustedTopic) else BAD_SIGNATURE] += 1
                 continue
-            except _WARNED_IN_BATCH as down:
+            except SnsCertificateUnavailable as missing:
+                log.warning("SES event %s not ingested, left on the queue: %s", message.get("MessageId"), missing)
+                self.counts[ERROR] += 1
+                uncertified = uncertified or missing
+                continue
+            except LedgerUnavailable as down:
                 log.warning("SES events not ingested, left on the queue from %s on: %s", message.get("MessageId"), down)
                 self.counts[ERROR] += 1
                 raise
@@ -97,6 +106,8 @@ class SQSEventPoller:
             self.counts[result.outcome.value] += 1
             results.append(result)
             self._sqs.delete_message(QueueUrl=self._queue_url, ReceiptHandle=message["ReceiptHandle"])
+        if uncertified is not None:
+            raise uncertified
         return results
 
     def run(self, stop: threading.Event | None = None, *, min_wait: float = 1.0, max_wait: float = 60.0) -> None:
