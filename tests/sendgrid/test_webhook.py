@@ -367,10 +367,26 @@ def _unstorable_events(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]
         "surrogate key": {"event": "click", "x\ud800": 1},
         "nul url": {"event": "click", "url": "https://example.com/\u0000"},
         "nul event id": {**delivered, "sg_event_id": "e\u0000"},
+        # names the ledger cannot keep: counted "unmatched", as if the ledger had no record of the intent
+        "blank event id": {**delivered, "sg_event_id": "   "},
+        "long event id": {**delivered, "sg_event_id": "e" * 2000},
+        "blank kind": {**delivered, "event": "   "},
+        "long kind": {**delivered, "event": "d" * 300},
     }
 
 
-UNSTORABLE = ["surrogate event id", "surrogate kind", "surrogate email", "surrogate key", "nul url", "nul event id"]
+UNSTORABLE = [
+    "surrogate event id",
+    "surrogate kind",
+    "surrogate email",
+    "surrogate key",
+    "nul url",
+    "nul event id",
+    "blank event id",
+    "long event id",
+    "blank kind",
+    "long kind",
+]
 
 
 def test_a_body_too_deep_to_parse_is_malformed_and_nothing_is_recorded(

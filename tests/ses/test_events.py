@@ -392,6 +392,11 @@ def _hostile_bodies(message_id: str, tags: dict[str, str]) -> dict[str, str]:
         "nul envelope id": _with_envelope_id(sns_envelope(send), "n-\u0000"),
         "empty message id": sns_envelope(ses_event("Delivery", message_id="", tags=tags)),
         "blank message id": sns_envelope(ses_event("Delivery", message_id="  ", tags=tags)),
+        # names the ledger cannot keep: ingest_event raised InvalidInput, the poller kept them for the DLQ
+        "blank event type": sns_envelope({**send, "eventType": "   "}),
+        "long event type": sns_envelope({**send, "eventType": "S" * 300}),
+        "blank envelope id": _with_envelope_id(sns_envelope(send), "  "),
+        "long envelope id": _with_envelope_id(sns_envelope(send), "n" * 2000),
     }
 
 
@@ -406,6 +411,10 @@ HOSTILE = [
     "nul envelope id",
     "empty message id",
     "blank message id",
+    "blank event type",
+    "long event type",
+    "blank envelope id",
+    "long envelope id",
 ]
 
 

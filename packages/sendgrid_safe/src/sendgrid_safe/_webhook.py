@@ -17,6 +17,7 @@ from safe_effects import (
     IntentKey,
     InvalidInput,
     Ledger,
+    UnknownTenant,
     check_tenant,
     holds_unstorable_text,
     request_digest,
@@ -88,8 +89,10 @@ def _ingest_one(ledger: Ledger, event: Any, now: datetime, unmatched: dict[str, 
         return _unmatched(ledger, evidence, unmatched)
     try:
         return "recorded" if ledger.record_evidence(evidence) else "duplicates"
-    except InvalidInput:  # a tenant this ledger does not serve
+    except UnknownTenant:  # a tenant this ledger does not serve
         return _unmatched(ledger, evidence, unmatched)
+    except InvalidInput:  # a name the ledger cannot keep (a blank or overlong event or id): the event's own fault
+        return "malformed"
 
 
 def _unmatched(ledger: Ledger, evidence: Evidence, unmatched: dict[str, None]) -> Literal["unmatched"]:

@@ -24,6 +24,7 @@ from safe_effects import (
     InvalidInput,
     Ledger,
     SafeEffectsError,
+    UnknownTenant,
     bytes_digest,
     holds_unstorable_text,
 )
@@ -319,6 +320,11 @@ def ingest_event(
         received_at=ledger.clock(),
         detail=_detail(event, mail),
     )
-    recorded = ledger.record_evidence(evidence)
+    try:
+        recorded = ledger.record_evidence(evidence)
+    except UnknownTenant:
+        return _unmatched(ledger, kind, f"tenant {record.tenant!r} is not one this ledger serves")
+    except InvalidInput as refused:  # a name the ledger cannot keep (a blank or overlong type or id): the payload's
+        return IngestResult(IngestOutcome.MALFORMED, kind, reason=str(refused))
     outcome = IngestOutcome.RECORDED if recorded else IngestOutcome.DUPLICATE
     return IngestResult(outcome, kind, evidence)
