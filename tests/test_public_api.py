@@ -71,6 +71,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "MissingDependency",
         "MissingIntentKey",
         "NullObserver",
+        "OCCURRED_AT",
         "Observer",
         "Operator",
         "Outcome",

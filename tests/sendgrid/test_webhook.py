@@ -14,6 +14,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, closing, contextmanager
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 from wsgiref.simple_server import WSGIRequestHandler, make_server
@@ -64,7 +65,11 @@ def _nothing_recorded(ledger: Ledger, key: str) -> None:
 @pytest.mark.parametrize(
     ("bounce_type", "timestamp", "kept"),
     [
-        ("blocked", 1764500000, {"bounce_type": "blocked", "timestamp": 1764500000}),
+        (
+            "blocked",
+            1764500000,
+            {"bounce_type": "blocked", "timestamp": 1764500000, "occurred_at": "2025-11-30T10:53:20+00:00"},
+        ),
         ("alice@example.com", True, {"bounce_type": "unlisted"}),  # not SendGrid's word: may quote an address
         ("bounce", 10**40, {"bounce_type": "bounce"}),  # not a time SendGrid sends
     ],
@@ -87,6 +92,26 @@ def test_a_bounce_keeps_sendgrids_words_only(
     (stored,) = ledger.store.evidence_for("default", key)
     assert {k: v for k, v in stored.detail.items() if k not in ("sg_message_id", "recipients")} == kept
     assert "alice@example.com" not in json.dumps(stored.detail)
+
+
+@pytest.mark.parametrize("kind", ["dropped", "delivered"])
+def test_an_event_sendgrid_stamped_before_the_record_existed_decides_nothing(
+    kind: str, fake: FakeSendGrid, ledger: Ledger, key: str, unknown_send: list[dict[str, Any]]
+) -> None:
+    """An event about an earlier send of the key (another environment's on a shared account, skipped then as
+    unmatched, so no id of it is on file) posted again: once, a drop rejected a delivered mail (a second one went
+    under :v2) and a delivery confirmed a mail that never left. SendGrid's own time for it says it is not this
+    record's; posted with its current time, the same event settles it."""
+    created = ledger.get(key).created_at
+    earlier = {**unknown_send[1], "event": kind, "sg_event_id": f"old-{kind}"}
+    earlier["timestamp"] = int((created - timedelta(minutes=10)).timestamp())
+    report = ingest_events(ledger, json.dumps([earlier]).encode(), {}, public_key=None)
+    assert report.recorded == 1  # kept, deduplicated from now on, and weighed for nothing
+    assert ledger.get(key).status is S.UNKNOWN
+    current = {**earlier, "sg_event_id": f"now-{kind}", "timestamp": int(created.timestamp()) + 1}
+    ingest_events(ledger, json.dumps([current]).encode(), {}, public_key=None)
+    assert ledger.get(key).status is (S.REJECTED if kind == "dropped" else S.CONFIRMED)
+    assert fake.effect_count() == 1
 
 
 def test_a_bad_signature_is_refused_and_nothing_is_recorded(

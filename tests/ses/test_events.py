@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -17,6 +18,7 @@ from prometheus_client import CollectorRegistry
 
 import ses_safe
 from safe_effects import (
+    OCCURRED_AT,
     EffectDeferred,
     EffectStatus,
     EffectUnknown,
@@ -214,7 +216,7 @@ def test_a_bounce_or_complaint_keeps_its_type_for_the_operator_and_no_address(
     )
     assert result.evidence is not None
     (stored,) = ledger.store.evidence_for("default", KEY)
-    assert {k: v for k, v in stored.detail.items() if k != "mail_timestamp"} == kept
+    assert {k: v for k, v in stored.detail.items() if k not in ("mail_timestamp", OCCURRED_AT)} == kept
     assert "a@b.c" not in json.dumps(stored.detail)
     assert ledger.get(KEY).status is EffectStatus.CONFIRMED
 
@@ -258,6 +260,27 @@ def test_rendering_failure_rejects(ledger: Ledger, unknown_send: tuple[str, dict
     assert result.evidence is not None
     assert result.evidence.verdict is EvidenceVerdict.REJECTS
     assert ledger.get(KEY).status is EffectStatus.REJECTED
+
+
+@pytest.mark.parametrize("kind", ["Reject", "Delivery"])
+def test_an_event_of_a_send_made_before_the_record_existed_decides_nothing(
+    kind: str, ledger: Ledger, moto: str, unknown_send: tuple[str, dict[str, str]]
+) -> None:
+    """Every SES event carries its send's time (``mail.timestamp``). One about an earlier send of the key (a
+    purged record's, another environment's skipped then as unmatched) put on the queue again rejected a sent mail,
+    inviting a second, or confirmed one that never left; the send's time says it is not this record's."""
+    message_id, tags = unknown_send
+    created = ledger.get(KEY).created_at
+    earlier = ses_event(kind, message_id=message_id, tags=tags)
+    earlier["mail"]["timestamp"] = (created - timedelta(minutes=10)).isoformat(timespec="milliseconds")
+    result = ingest_event(ledger, sns_envelope(earlier), signatures=None)
+    assert result.outcome is IngestOutcome.RECORDED  # kept, deduplicated from now on, and weighed for nothing
+    assert ledger.get(KEY).status is EffectStatus.UNKNOWN
+    current = _with_envelope_id(sns_envelope(ses_event(kind, message_id=message_id, tags=tags)), "n-2")
+    ingest_event(ledger, current, signatures=None)
+    settled = EffectStatus.REJECTED if kind == "Reject" else EffectStatus.CONFIRMED
+    assert ledger.get(KEY).status is settled
+    assert len(moto_sent_messages(moto)) == 1
 
 
 def test_a_message_whose_ingestion_raises_stays_on_the_queue(

@@ -46,6 +46,7 @@ from ._errors import (
     UnguardedCall,
     UnknownTenant,
 )
+from ._evidence_rules import OCCURRED_AT
 from ._keys import IntentKey
 from ._ledger import Ledger, LedgerOptions
 from ._ledger_check import check_ledger
@@ -100,6 +101,7 @@ __all__ = [
     "AuditEntry",
     "Evidence",
     "EvidenceVerdict",
+    "OCCURRED_AT",
     "Receipt",
     "Resolution",
     # provider seam

@@ -18,6 +18,13 @@ from ._store import Store
 LATE_RESPONSE = "late_response"  # the evidence source of an answer that came after its worker's lease
 DECISIVE = frozenset({EvidenceVerdict.REJECTS, EvidenceVerdict.CONFIRMS})  # settle an unknown intent alone
 
+# the evidence detail key where an adapter keeps the provider's own time of the event (ISO 8601 with a zone)
+OCCURRED_AT = "occurred_at"
+# how far a provider's clock may run behind the worker that created a record: an event the provider stamped
+# earlier than that is about an earlier send of the key (a purged record's, or another environment's event
+# posted to this endpoint again), never this record's
+PROVIDER_CLOCK_SKEW = timedelta(minutes=5)
+
 # how far the clocks of the processes that write audit rows (or stamp events an operator's resolution must not
 # contradict) may run behind the one that created a record; a purged record's audit rows are older than the
 # purge floor (days), as its last write is what the floor measures
@@ -73,20 +80,31 @@ def about(evidence: Evidence, record: EffectRecord, allowance: timedelta) -> boo
     A late answer names the record it answers (its creation time), whatever the clocks say. A provider's event
     can arrive any time, a purged record's too (a webhook retried for days), so for what the ledger decides by
     itself only one received after this record was created counts: a host clock behind the creator's leaves a
-    real one to a lookup or a person, never lets an old one decide. ``allowance`` widens that for checks that
+    real one to a lookup or a person, never lets an old one decide. Where the adapter kept the provider's own
+    time of the event (``detail[OCCURRED_AT]``), one the provider stamped before the record was created (less
+    :data:`PROVIDER_CLOCK_SKEW`) never counts, whenever it arrives. ``allowance`` widens both for checks that
     only refuse (an operator's resolution the provider's events contradict).
     """
     answered = evidence.detail.get("record_created_at") if evidence.source == LATE_RESPONSE else None
     if isinstance(answered, str):
         return _instant(answered) == record.created_at  # the same instant, in whatever zone the worker's clock
+    occurred = _instant(evidence.detail.get(OCCURRED_AT))
+    if occurred is not None and occurred < record.created_at - max(allowance, PROVIDER_CLOCK_SKEW):
+        # the provider says it happened before this record existed: an event received again later (a signed
+        # one the ledger skipped as unmatched has no id on file to be a duplicate of) decides nothing here
+        return False
     return evidence.received_at >= record.created_at - allowance
 
 
-def _instant(text: str) -> datetime | None:
+def _instant(text: object) -> datetime | None:
+    """``text`` as an aware instant, or None where it is none (a naive time is no instant to compare)."""
+    if not isinstance(text, str):
+        return None
     try:
-        return datetime.fromisoformat(text)
+        parsed = datetime.fromisoformat(text)
     except ValueError:
         return None
+    return parsed if parsed.utcoffset() is not None else None
 
 
 def answers_latest(evidence: Evidence, record: EffectRecord) -> bool:

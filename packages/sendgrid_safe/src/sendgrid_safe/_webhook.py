@@ -8,10 +8,11 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from safe_effects import (
+    OCCURRED_AT,
     Evidence,
     EvidenceVerdict,
     IntentKey,
@@ -140,6 +141,14 @@ _BOUNCE_TYPES = frozenset({"bounce", "blocked", "expired"})  # a bounce event's 
 _UNIX_TIME = re.compile(r"[0-9]{1,12}")  # a timestamp as SendGrid sends it, seconds since 1970
 
 
+def _utc_from_unix(seconds: int) -> str | None:
+    """SendGrid's event time as ISO 8601 UTC, or None past the years a datetime holds."""
+    try:
+        return datetime.fromtimestamp(seconds, UTC).isoformat()
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
 def _detail(event: Mapping[str, Any]) -> dict[str, Any]:
     """Ids and SendGrid's fixed vocabularies only: no addresses, no SMTP text that may quote one."""
     detail: dict[str, Any] = {}
@@ -147,6 +156,8 @@ def _detail(event: Mapping[str, Any]) -> dict[str, Any]:
         detail["sg_message_id"] = event["sg_message_id"]
     if _UNIX_TIME.fullmatch(str(event.get("timestamp"))) and not isinstance(event.get("timestamp"), bool):
         detail["timestamp"] = event["timestamp"]
+        if (occurred := _utc_from_unix(int(event["timestamp"]))) is not None:
+            detail[OCCURRED_AT] = occurred  # an event older than the record is about an earlier send of its key
     if event.get("event") == "dropped" and isinstance(event.get("reason"), str):
         # SendGrid's reasons are short phrases ("Bounced Address", "Invalid"); anything else may quote an address
         detail["reason"] = event["reason"] if _PLAIN_REASON.fullmatch(event["reason"]) else "unlisted"

@@ -19,6 +19,7 @@ from enum import StrEnum
 from typing import Any
 
 from safe_effects import (
+    OCCURRED_AT,
     Evidence,
     EvidenceVerdict,
     InvalidInput,
@@ -209,6 +210,8 @@ def _detail(event: Mapping[str, Any], mail: Mapping[str, Any]) -> dict[str, str]
     """The send's time and, for a bounce or complaint, its type and subtype: never addresses or diagnostic
     text, which may quote one."""
     detail = {"mail_timestamp": str(mail.get("timestamp", ""))}
+    if isinstance(mail.get("timestamp"), str):  # every event of a send carries the send's ISO 8601 time: one
+        detail[OCCURRED_AT] = mail["timestamp"]  # before the record is about an earlier send (see OCCURRED_AT)
     for field, names in _KEPT_TYPES.items():
         found = event.get(field)
         if not isinstance(found, Mapping):
@@ -323,7 +326,7 @@ def ingest_event(
     try:
         recorded = ledger.record_evidence(evidence)
     except UnknownTenant:
-        return _unmatched(ledger, kind, f"tenant {record.tenant!r} is not one this ledger serves")
+        raise  # the record is this store's, its tenant not this ledger's: a misconfiguration, kept on the queue
     except InvalidInput as refused:  # a name the ledger cannot keep (a blank or overlong type or id): the payload's
         return IngestResult(IngestOutcome.MALFORMED, kind, reason=str(refused))
     outcome = IngestOutcome.RECORDED if recorded else IngestOutcome.DUPLICATE
