@@ -619,6 +619,49 @@ def test_retries_past_the_lease_would_send_twice_where_a_lookup_proves_absence(s
     assert [outcome for _, outcome in env.fake.requests()] == ["refused", "refused", "refused", "ok"]
 
 
+def test_no_retry_starts_whose_normal_answer_would_come_after_the_lease(store_url: str, tmp_path: Path) -> None:
+    """Found by a concurrency audit: a retry started 0.2 s before the lease lapsed, the provider answering within
+    its 0.5 s window, was still out when another worker found the lease expired, proved the effect absent and
+    sent it: two effects. A retry now starts only with the provider's normal response window left on the lease."""
+    env = make_env(store_url, tmp_path, dedupe=False, proves_absence=True)
+    env.adapter.contract = generic_contract(
+        dedupe=False, lookup_proves_absence=True, normal_response_window=timedelta(milliseconds=500)
+    )
+    other, started = env.other_ledger(), env.clock()
+    in_flight: list[object] = []
+
+    class SlowToAnswer:
+        """The adapter, whose third request takes 0.45 s to reach the provider: long enough for a takeover."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(env.adapter, name)
+
+        def dispatch(self, request: EffectRequest, provider_key: str) -> Any:
+            if env.clock() - started >= timedelta(milliseconds=800):
+                env.clock.advance(timedelta(milliseconds=450))
+                in_flight.append(other.execute(env.adapter, CHARGE, intent_key=KEY))
+            return env.adapter.dispatch(request, provider_key)
+
+    lease = LeasePolicy(duration=timedelta(seconds=1))
+    policy = RetryPolicy(max_attempts=10, initial_wait=0.4, max_wait=0.4)
+    first = Ledger(
+        env.ledger.store,
+        clock=env.clock,
+        lease=lease,
+        retry=policy,
+        sleep=lambda s: env.clock.advance(timedelta(seconds=s)),
+    )
+    env.fake.fail_next(FakeFailure.REFUSED, FakeFailure.REFUSED)  # attempts at 0 and 0.4 s; 0.8 s would be next
+
+    with pytest.raises(EffectDeferred, match="lease"):
+        first.execute(SlowToAnswer(), CHARGE, intent_key=KEY)  # type: ignore[arg-type]
+    assert (env.record().status, in_flight) == (EffectStatus.PREPARED, [])  # no third attempt
+    receipt = other.execute(env.adapter, CHARGE, intent_key=KEY)
+    assert receipt.record.status is EffectStatus.CONFIRMED
+    assert len(env.fake.effects()) == 1
+    assert [outcome for _, outcome in env.fake.requests()] == ["refused", "refused", "ok"]
+
+
 @pytest.mark.parametrize("keys", ["none", "run twice when concurrent"])
 @pytest.mark.parametrize("lease_seconds", [1, 5])
 def test_a_lease_a_normal_answer_can_outlast_is_refused_where_only_the_lease_stops_a_second_send(

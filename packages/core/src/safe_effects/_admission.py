@@ -27,19 +27,29 @@ _EARLIER_VERSIONS_CHECKED = 10
 _IN_DOUBT = frozenset({S.UNKNOWN, S.IN_FLIGHT, S.PREPARED})
 
 
-def refuse_short_lease(lease: LeasePolicy, contract: ProviderContract, max_skew: timedelta | None) -> None:
-    """Where only the lease keeps a second send away (no keys, or keys the provider runs twice when the
-    same one comes in while the first is in progress, and a lookup's "absent" reopens the intent), a lease
-    that a normal answer can outlast has a live call taken over and sent again."""
+def answer_margin(contract: ProviderContract, max_skew: timedelta | None) -> timedelta:
+    """How long before its lease lapses an attempt must start for a normal answer to come back inside the lease.
+
+    Where only the lease keeps a second send away (no keys, or keys the provider runs twice when the same one
+    comes in while the first is in progress, and a lookup's "absent" reopens the intent), a request still out
+    when the lease lapses can be taken over, found absent and sent again: its normal response window, plus twice
+    the allowed clock skew (two workers each within it of the database may be twice that apart, one judging
+    the other's lease). Elsewhere nothing: a resend while the first is live is refused, or never made."""
     keys = contract.idempotency
     if (keys.supported and keys.concurrent_same_key is ConcurrentSameKey.CONFLICT) or (
         not contract.redispatch_when_proven_absent
     ):
-        return  # a resend while the first is live is refused by the provider, or never made
-    # two workers each within max_skew of the database may be twice that apart: one judges the other's lease
-    skew = 2 * (max_skew or timedelta(0))
-    if lease.duration > contract.normal_response_window + skew:
+        return timedelta(0)
+    return contract.normal_response_window + 2 * (max_skew or timedelta(0))
+
+
+def refuse_short_lease(lease: LeasePolicy, contract: ProviderContract, max_skew: timedelta | None) -> None:
+    """A lease that a normal answer to the first attempt can outlast, where that lets a live call be taken over
+    and sent again (see :func:`answer_margin`); retries keep to the same margin (``Ledger._dispatch``)."""
+    margin = answer_margin(contract, max_skew)
+    if lease.duration > margin or not margin:
         return
+    skew = margin - contract.normal_response_window
     allowing = f" plus twice the allowed clock skew ({skew.total_seconds():g} s)" if skew else ""
     raise InvalidInput(
         f"the lease ({lease.duration.total_seconds():g} s) must outlast {contract.provider}'s normal "

@@ -32,7 +32,7 @@ from ._adapter import (
     check_call,
     checked_summary,
 )
-from ._admission import refuse_short_lease, refuse_unsendable, refuse_while_earlier_in_doubt
+from ._admission import answer_margin, refuse_short_lease, refuse_unsendable, refuse_while_earlier_in_doubt
 from ._approvals import Approval
 from ._clock import Clock, system_clock, system_sleep
 from ._clock_skew import DEFAULT_MAX_CLOCK_SKEW, ClockSkewGuard
@@ -897,7 +897,7 @@ class Ledger:
                 first=first,
                 policy=self.retry,
                 sleep=self._sleep,
-                lease_left=lambda: self._lease_left(record),
+                lease_left=lambda: self._lease_left(record, contract),  # read only when a retry is weighed
             )
         except Retryable as exhausted:
             # a deferred replay goes back to unknown: an earlier attempt may have acted
@@ -981,10 +981,16 @@ class Ledger:
             return False
         return True
 
-    def _lease_left(self, record: EffectRecord) -> float:
-        """Seconds until ``record``'s lease lapses by this ledger's clock; none left without a lease."""
+    def _lease_left(self, record: EffectRecord, contract: ProviderContract) -> float:
+        """Seconds of ``record``'s lease left for another attempt, by this ledger's clock: until it lapses, less
+        the time a normal answer may take where a takeover could send again meanwhile (:func:`answer_margin`).
+        A retry started just before the lapse was answered after it, while another worker, finding the lease
+        expired and the effect absent, sent the intent a second time."""
         ends = record.lease_expires_at
-        return 0.0 if ends is None else (ends - self.clock()).total_seconds()
+        if ends is None:
+            return 0.0
+        margin = answer_margin(contract, self._clock_guard.max_skew)
+        return (ends - self.clock() - margin).total_seconds()
 
     def _receipt_crash_hook(self) -> Callable[[], None] | None:
         """Only a planned crash needs a hook inside the confirm transaction; without one it is one statement."""
