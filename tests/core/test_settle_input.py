@@ -32,6 +32,7 @@ from safe_effects import (
     UndigestibleRequest,
     UnknownTenant,
 )
+from safe_effects._settle_checks import refuse_contradicted
 from safe_effects.testing import (
     FakeFailure,
     GenericFakeAdapter,
@@ -171,6 +172,19 @@ def test_settle_refuses_a_rejection_the_providers_own_events_contradict(world: W
     assert world.ledger.get(KEY) == world.record
     assert world.ledger.store.audit_trail("default", KEY) == world.trail
     assert len(world.fake.effects()) == 1
+
+
+def test_a_delivery_on_file_refuses_a_rejection_even_beside_a_drop(world: World) -> None:
+    """Found by an operator audit: a mail to two recipients, one dropped and one delivered, both reported while the
+    call was in flight. The drop waived every other event, so an operator could reject it, and the job's send
+    under a new key mailed the delivered recipient twice. Only an acceptance is waived by a refusal after it
+    (SES's Send, then its Reject)."""
+    dropped = evidence(event_id="e-drop", verdict=EvidenceVerdict.REJECTS, kind="dropped")
+    delivered = evidence(event_id="e-deliv", verdict=EvidenceVerdict.CONFIRMS, kind="delivered")
+    with pytest.raises(InvalidInput, match=r"events event 'e-deliv' \(delivered\) says the provider confirms"):
+        refuse_contradicted(world.record, EffectStatus.REJECTED, None, [dropped, delivered])
+    sent = evidence(event_id="e-send", verdict=EvidenceVerdict.ACCEPTS, kind="Send")
+    refuse_contradicted(world.record, EffectStatus.REJECTED, None, [sent, dropped])  # SES: Send, then Reject
 
 
 def test_settle_refuses_another_tenants_record_before_reading_its_evidence(world: World) -> None:

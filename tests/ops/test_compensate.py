@@ -135,3 +135,27 @@ def test_a_compensation_sent_again_by_another_operator_keeps_who_asked_first_on_
     assert [a.detail.get("summary_before", {}).get("requested_by") for a in claims] == ["operator:alice"]
     assert claims[0].detail["summary_before"]["reason"] == "ticket 1"
     assert len([e for e in ops.fake.effects() if e.key.endswith(REFUND)]) == 1  # the refund went out once
+
+
+def test_a_compensation_rejected_by_hand_is_looked_up_before_another_replaces_it(ops: Ops) -> None:
+    """Found by an operator audit: a refund whose answer was lost, rejected by an operator who skipped the lookup
+    (`--no-lookup`), was replaced by a second refund: the customer was refunded twice. The earlier one is now
+    looked up first, and found, it must be corrected to confirmed instead."""
+    seen = ops.confirmed(KEY).version
+    ops.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)  # the refund happened, its answer was lost
+    assert ops.cli(*compensate_args(seen)).exit_code == 1
+    refund = ops.ledger.get(REFUND)
+    rejected = ops.cli(
+        "resolve", REFUND, "--as", "rejected", "--operator", "bob", "--reason", "not in the dashboard",
+        "--expect-version", str(refund.version), "--no-lookup",
+    )  # fmt: skip
+    assert rejected.exit_code == 0, rejected.output
+    held = ops.ledger.get(KEY)
+
+    second = ops.cli(*compensate_args(held.version, "invoice:inv_5:refund:v2"))
+
+    assert second.exit_code == 1
+    assert f"compensation '{REFUND}' was rejected by hand, but a lookup (search) finds it" in second.stderr
+    assert ops.ledger.get(KEY) == held
+    assert len(ops.fake.effects(f"default/{REFUND}")) == 1
+    assert ops.fake.effects("default/invoice:inv_5:refund:v2") == []

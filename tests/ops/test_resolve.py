@@ -362,6 +362,12 @@ def test_stale_approval_is_refused_and_closed(ops: Ops) -> None:
     [
         ("alice\u200b", "holds an invisible character (U+200B)"),  # a zero-width space after the name
         ("\uff41\uff4c\uff49\uff43\uff45", "a different operator must approve it"),  # fullwidth letters
+        # shown as nothing, yet no format character: each approved alice's own request (an operator audit)
+        ("alice\u034f", "holds an invisible character (U+034F)"),  # combining grapheme joiner
+        ("alice\ufe0f", "holds an invisible character (U+FE0F)"),  # variation selector
+        ("alice\u180b", "holds an invisible character (U+180B)"),  # Mongolian free variation selector
+        ("alice\u3164", "holds an invisible character (U+3164)"),  # Hangul filler
+        ("alice\u2800", "holds an invisible character (U+2800)"),  # braille blank
     ],
 )
 def test_a_look_alike_name_is_not_a_second_operator(ops: Ops, approver: str, message: str) -> None:

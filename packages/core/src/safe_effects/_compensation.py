@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from ._adapter import LookupStatus, ProviderAdapter
 from ._errors import IllegalTransition, StaleRecord
 from ._evidence_rules import own_evidence, silent
 from ._keys import IntentKey
@@ -34,7 +35,7 @@ def _not_this_compensation(record: EffectRecord, original_key: IntentKey) -> Ill
     )
 
 
-def claim_compensation(ledger: Ledger, fresh: EffectRecord) -> None:
+def claim_compensation(ledger: Ledger, fresh: EffectRecord, adapter: ProviderAdapter[Any]) -> None:
     """Before anything is written: the compensating key is free (or already this compensation), and the
     original names it, so one original never gets two compensations."""
     assert fresh.compensates is not None
@@ -45,14 +46,16 @@ def claim_compensation(ledger: Ledger, fresh: EffectRecord) -> None:
         ledger._check_digest(existing, fresh.request_digest)
         if existing.status is S.REJECTED:
             raise ledger._rejected(existing, None)  # its answer, as any rerun of a rejected intent gets it
-    original = _name(ledger, fresh.tenant, fresh.compensates, fresh.intent_key)
+    original = _name(ledger, fresh.tenant, fresh.compensates, fresh.intent_key, adapter)
     if existing is None and original.status is S.COMPENSATED:
         # marked compensated only once this compensation was confirmed: its record was purged since
         why = f"its compensation {fresh.intent_key!r} was confirmed and its record purged since; nothing is sent"
         raise IllegalTransition(original.status.value, S.COMPENSATED.value, original.intent_key, why=why)
 
 
-def _name(ledger: Ledger, tenant: str, original_key: IntentKey, compensation: IntentKey) -> EffectRecord:
+def _name(
+    ledger: Ledger, tenant: str, original_key: IntentKey, compensation: IntentKey, adapter: ProviderAdapter[Any]
+) -> EffectRecord:
     """Set ``compensated_by`` on the confirmed original, conditional on the version read; the original.
 
     The original stays ``confirmed`` until the compensation is confirmed. Of two compensations racing
@@ -64,7 +67,7 @@ def _name(ledger: Ledger, tenant: str, original_key: IntentKey, compensation: In
         if original.status is not S.CONFIRMED:
             raise IllegalTransition(original.status.value, S.COMPENSATED.value, original.intent_key)
         if original.compensated_by is not None:
-            _check_replaceable(ledger, original)
+            _check_replaceable(ledger, original, adapter)
         try:
             original = _rename(ledger, original, compensation, f"compensation {compensation} about to be sent")
         except StaleRecord:
@@ -77,16 +80,26 @@ def _rename(ledger: Ledger, original: EffectRecord, compensation: IntentKey | No
     return ledger._move(original, S.CONFIRMED, reason, {"compensated_by": compensation})
 
 
-def _check_replaceable(ledger: Ledger, original: EffectRecord) -> None:
+def _check_replaceable(ledger: Ledger, original: EffectRecord, adapter: ProviderAdapter[Any]) -> None:
     """Refuse to take over the compensation ``original`` names unless the provider rejected it.
 
     Only a rejected compensation can never act again; any other state (even a name whose record was never
-    written, by a worker lost in between) could still be sent by its own key, so that key is the way on.
+    written, by a worker lost in between) could still be sent by its own key, so that key is the way on. One an
+    operator rejected after it was sent is looked up first: rejected with the lookup skipped, a refund that had
+    gone through was replaced by a second one.
     """
     assert original.compensated_by is not None
     holder = ledger.store.get(original.tenant, original.compensated_by)
     if holder is not None and _never_acts_for(ledger, original, holder):
-        return
+        if (found := _found_despite_rejection(holder, adapter)) is None:
+            return
+        raise IllegalTransition(
+            S.CONFIRMED.value,
+            S.COMPENSATED.value,
+            original.intent_key,
+            why=f"compensation {holder.intent_key!r} was rejected by hand, but {found}: correct it to confirmed "
+            "(safe-effects resolve --as confirmed) rather than compensate again",
+        )
     if holder is None:
         state = "named, never recorded: run it again with its key"
     elif holder.status is S.REJECTED:
@@ -158,6 +171,23 @@ def mark_original_compensated(ledger: Ledger, record: EffectRecord) -> None:
             return  # a concurrent caller of this same compensation marked it first: the same answer
         raise
     ledger._observe("compensation", marked)
+
+
+def _found_despite_rejection(holder: EffectRecord, adapter: ProviderAdapter[Any]) -> str | None:
+    """Why a compensation rejected by hand after it was sent may have acted (a lookup finds it, or cannot be
+    made), or None: rejected by the provider's own answer or a lookup, never sent, or found absent."""
+    # "operator" is _operator.OPERATOR_METHOD, not imported: _operator imports the ledger, which imports this
+    if holder.first_dispatched_at is None or holder.resolution is None or holder.resolution.method != "operator":
+        return None
+    if adapter.provider != holder.provider:
+        return f"it was sent to {holder.provider!r} and this {adapter.provider!r} adapter cannot look it up"
+    try:
+        looked = adapter.lookup(holder)
+    except Exception as failed:  # an adapter's failure proves nothing either way: refuse
+        return f"looking it up failed ({type(failed).__name__})"
+    if looked.status is LookupStatus.FOUND:
+        return f"a lookup ({looked.method}) finds it at the provider as {looked.provider_result_id!r}"
+    return None
 
 
 def _never_acts_for(ledger: Ledger, original: EffectRecord, holder: EffectRecord) -> bool:

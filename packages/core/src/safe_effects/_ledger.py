@@ -334,7 +334,7 @@ class Ledger:
         refuse_short_lease(self.lease, contract, self._clock_guard.max_skew)
         refuse_unsendable(self.store, adapter, request, fresh)
         if fresh.compensates is not None:
-            claim_compensation(self, fresh)  # refused here: nothing written, nothing sent (one per original)
+            claim_compensation(self, fresh, adapter)  # refused here: nothing written or sent (one per original)
         else:
             refuse_while_earlier_in_doubt(self.store, fresh)
         try:

@@ -57,10 +57,27 @@ def _identity(operator: str | None) -> str:
     """The operator's name, with no invisible characters: the two-person rule compares names, and a name
     differing only by a zero-width space would let one person approve their own request."""
     name = _required(operator, "operator identity (--operator)")
-    hidden = next((c for c in name if unicodedata.category(c) in ("Cc", "Cf")), None)
+    hidden = next((c for c in name if _invisible(c)), None)
     if hidden is not None:
         raise InvalidInput(f"operator identity {name!r} holds an invisible character (U+{ord(hidden):04X})")
     return name
+
+
+# Unicode's default-ignorable code points (DerivedCoreProperties.txt) outside the format characters (Cf), and
+# blanks that render as nothing: a grapheme joiner, variation selectors, Hangul fillers, the braille blank.
+# Appended to a name, each makes another string that shows as the same name
+_IGNORABLE = (
+    (0x034F, 0x034F), (0x115F, 0x1160), (0x17B4, 0x17B5), (0x180B, 0x180F), (0x2800, 0x2800), (0x3164, 0x3164),
+    (0xFE00, 0xFE0F), (0xFFA0, 0xFFA0), (0x1BCA0, 0x1BCA3), (0xE0000, 0xE0FFF),
+)  # fmt: skip
+
+
+def _invisible(char: str) -> bool:
+    """A control or format character, or one that shows as nothing (see ``_IGNORABLE``)."""
+    if unicodedata.category(char) in ("Cc", "Cf"):
+        return True
+    point = ord(char)
+    return any(low <= point <= high for low, high in _IGNORABLE)
 
 
 def _optional(value: str | None, what: str) -> str | None:

@@ -55,8 +55,11 @@ def refuse_contradicted(
     verdicts = {e.verdict for e in own}
     if to is EffectStatus.CONFIRMED and provider_result_id is not None:
         _refuse_another_object(record, own, provider_result_id)
-    if to is EffectStatus.REJECTED and EvidenceVerdict.REJECTS not in verdicts:
-        against = _first(own, *_TOOK)
+    if to is EffectStatus.REJECTED:
+        # an acceptance a refusal followed is waived (SES's Send, then its Reject), never a confirmation: one
+        # recipient's delivery beside another's drop means the provider acted, and a rejection is sent again
+        took = _TOOK if EvidenceVerdict.REJECTS not in verdicts else (EvidenceVerdict.CONFIRMS,)
+        against = _first(own, *took)
     elif to is EffectStatus.CONFIRMED and EvidenceVerdict.CONFIRMS not in verdicts:
         against = _first(own, EvidenceVerdict.REJECTS)
     else:
