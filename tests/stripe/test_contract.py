@@ -152,6 +152,11 @@ def test_contract_facts() -> None:
         ("/v1/payouts/po_1/reverse", {}, "unknown", True),
         ("/v1/terminal/readers/tmr_1/process_payment_intent", {"payment_intent": "pi_1"}, "unknown", True),
         ("/v1/terminal/readers/tmr_1/refund_payment", {"payment_intent": "pi_1"}, "unknown", True),
+        # found by an operator audit: each moves money with no amount named, and needed no second operator
+        ("/v1/payment_intents/pi_1/apply_customer_balance", {}, "unknown", True),
+        ("/v1/invoices", {"customer": "cus_1", "auto_advance": True}, "unknown", True),
+        ("/v1/subscriptions/sub_1/resume", {"billing_cycle_anchor": "now"}, "unknown", True),
+        ("/v1/issuing/authorizations/iauth_1/approve", {}, "unknown", True),
         ("/v1/transfers", {"amount": 5000, "currency": "eur", "destination": "acct_1"}, "5000", False),
         ("/v1/payment_intents/pi_1/cancel", {}, None, False),  # moves no money
         ("/v1/customers", {"email": "a@example.com"}, None, False),

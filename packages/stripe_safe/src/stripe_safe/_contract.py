@@ -391,14 +391,17 @@ MOVES_MONEY = frozenset(
         "payment_intents.create",
         "payment_intents.confirm",
         "payment_intents.capture",
+        "payment_intents.apply_customer_balance",  # pays the intent from the customer's cash balance
         "charges.create",
         "charges.capture",
         "refunds.create",
+        "invoices.create",  # auto_advance with charge_automatically: finalized and collected about an hour on
         "invoices.pay",
         "invoices.finalize",  # charge_automatically: Stripe collects a finalized invoice by itself
         "subscriptions.create",  # the first invoice is collected at once (unless a trial)
         "subscriptions.update",  # proration_behavior=always_invoice, a new billing cycle
         "subscriptions.delete",  # invoice_now / prorate: a final invoice, collected at once
+        "subscriptions.resume",  # billing_cycle_anchor=now: an invoice, collected at once
         "subscription_items.create",  # proration_behavior=always_invoice, as on update and delete
         "subscription_items.update",
         "subscription_items.delete",
@@ -410,6 +413,7 @@ MOVES_MONEY = frozenset(
         "payouts.reverse",
         "terminal.readers.process_payment_intent",
         "terminal.readers.refund_payment",
+        "issuing.authorizations.approve",  # a card spend goes through
     }
 )
 UNKNOWN_AMOUNT = "unknown"
