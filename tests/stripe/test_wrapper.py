@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -344,6 +345,28 @@ def test_declined_card_is_rejected_with_the_payment_intent_id(env: Env) -> None:
     with pytest.raises(EffectRejected):
         create(env, {**PI, "payment_method": "pm_card_chargeDeclined"})
     assert env.posts() == 1
+
+
+def test_a_confirm_with_another_card_is_not_rejected_by_the_earlier_cards_decline(env: Env) -> None:
+    """Found by a Stripe audit: a confirm with a new card whose answer was lost (Stripe still running it) was
+    looked up at once, the PaymentIntent still showing the earlier card's decline, and settled rejected; Stripe
+    then charged the new card, and the caller, told it failed, charged again under a new key."""
+    with pytest.raises(EffectRejected):
+        create(env, {**PI, "payment_method": "pm_card_chargeDeclined"})
+    (pi,) = env.fake.payment_intents
+    env.fake.processing_seconds = 2.5  # past the client's 1 s read timeout
+    confirm_key = "order:o_1:confirm:v1"
+    with pytest.raises(EffectUnknown):
+        env.client.v1.payment_intents.confirm(
+            pi["id"], params={"payment_method": "pm_card_visa"}, options={"idempotency_key": confirm_key}
+        )
+    looked = env.ledger.reconcile(env.client.adapter, intent_key=confirm_key)  # Stripe is still running it
+    assert looked.status is EffectStatus.UNKNOWN  # the decline on file is the other card's
+    env.fake.processing_seconds = 0
+    time.sleep(2.0)  # the fake finishes the confirm it was running
+    settled = env.ledger.reconcile(env.client.adapter, intent_key=confirm_key)
+    assert (settled.status, settled.provider_result_id) == (EffectStatus.CONFIRMED, pi["id"])
+    assert [c["status"] for c in env.fake.objects("charges")] == ["succeeded"]
 
 
 def test_the_payment_intent_inside_a_decline_is_bound_to_the_guarded_client(

@@ -32,6 +32,7 @@ from ._contract import (
     SEARCHABLE,
     contract_for,
     declined,
+    declined_by,
     event_types,
     logs_events,
     made_by,
@@ -247,7 +248,8 @@ class StripeAdapter:
         path = record.summary["path"]
         object_path = path if record.operation.endswith(".delete") else path.rsplit("/", 1)[0]
         obj = self._read(record, object_path)
-        if obj.get("status") in done or (record.operation == "payment_intents.confirm" and declined(obj)):
+        refused = record.operation == "payment_intents.confirm" and declined(obj) and declined_by(obj, record.summary)
+        if obj.get("status") in done or refused:
             return _found(obj, "retrieve", status=obj.get("status"))
         return LookupResult(
             LookupStatus.INCONCLUSIVE, "retrieve", provider_result_id=obj["id"], detail={"status": obj.get("status")}

@@ -371,12 +371,13 @@ def search_query(intent_key: str, tenant: str) -> str:
     return f"metadata['{METADATA_INTENT}']:{_quoted(intent_key)} AND metadata['{METADATA_TENANT}']:{_quoted(tenant)}"
 
 
-# amounts for the operator's list and the two-person rule; customer ids, never card data or emails; the parent
-# ids a list lookup filters by (LISTED_BY)
+# amounts for the operator's list and the two-person rule; customer and payment method ids, never card data or
+# emails; the parent ids a list lookup filters by (LISTED_BY)
 SUMMARY_FIELDS = (
     "amount",
     "currency",
     "customer",
+    "payment_method",  # a confirm's lookup tells its own decline from an earlier attempt's by it
     "payment_intent",
     "charge",
     "invoice",
@@ -494,6 +495,18 @@ def made_by(
         and object_id in (None, written["id"])
         and (kind in expected if expected is not None else kind.endswith(f".{EVENT_CHANGES[action]}"))
     )
+
+
+def declined_by(obj: Mapping[str, Any], summary: Mapping[str, str]) -> bool:
+    """Whether a declined PaymentIntent's decline can be this confirm's: the call named no payment method, or
+    the one the decline names. A confirm with another card, looked up while Stripe still runs it, finds the
+    earlier attempt's ``last_payment_error``; taken for this call's refusal, the intent was rejected while the
+    new card was charged, and charged again under a new key."""
+    sent = summary.get("payment_method")
+    error = obj.get("last_payment_error") or {}
+    method = error.get("payment_method") if isinstance(error, Mapping) else None
+    named = method.get("id") if isinstance(method, Mapping) else method
+    return sent is None or named is None or named == sent
 
 
 def declined(obj: Mapping[str, Any]) -> bool:
