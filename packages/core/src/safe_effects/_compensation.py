@@ -16,7 +16,7 @@ from ._adapter import LookupStatus, ProviderAdapter
 from ._errors import IllegalTransition, StaleRecord
 from ._evidence_rules import own_evidence, silent
 from ._keys import IntentKey
-from ._records import EffectRecord
+from ._records import OPERATOR_METHOD, EffectRecord
 from ._states import EffectStatus as S
 
 if TYPE_CHECKING:
@@ -176,8 +176,7 @@ def mark_original_compensated(ledger: Ledger, record: EffectRecord) -> None:
 def _found_despite_rejection(holder: EffectRecord, adapter: ProviderAdapter[Any]) -> str | None:
     """Why a compensation rejected by hand after it was sent may have acted (a lookup finds it, or cannot be
     made), or None: rejected by the provider's own answer or a lookup, never sent, or found absent."""
-    # "operator" is _operator.OPERATOR_METHOD, not imported: _operator imports the ledger, which imports this
-    if holder.first_dispatched_at is None or holder.resolution is None or holder.resolution.method != "operator":
+    if holder.first_dispatched_at is None or holder.resolution is None or holder.resolution.method != OPERATOR_METHOD:
         return None
     if adapter.provider != holder.provider:
         return f"it was sent to {holder.provider!r} and this {adapter.provider!r} adapter cannot look it up"

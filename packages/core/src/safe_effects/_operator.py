@@ -18,14 +18,13 @@ from ._keys import IntentKey
 from ._ledger import Ledger
 from ._numbers import check_count
 from ._provider_check import refuse_what_the_provider_holds
-from ._records import AuditEntry, EffectRecord, Receipt, Resolution
+from ._records import OPERATOR_METHOD, AuditEntry, EffectRecord, Receipt, Resolution
 from ._states import EffectStatus, resolvable, settled_status
 from ._tenants import DEFAULT_TENANT
 from ._text import check_storable
 from ._thresholds import ApprovalThresholds
 
 S = EffectStatus
-OPERATOR_METHOD = "operator"
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,9 @@ class _Frozen(BaseModel, frozen=True, extra="forbid", cache_strings=False):
     IntentKey in an AuditEntry) in a process-wide cache of ~16k strings; records gain nothing from it."""
 
 
+OPERATOR_METHOD = "operator"  # a Resolution's method when a person settled the record
+
+
 class Resolution(_Frozen, frozen=True):
     """How an outcome was settled: by the provider's answer, a lookup, evidence, or an operator."""
 
