@@ -406,11 +406,13 @@ def test_non_deduping_provider_never_resends_an_unknown(store_url: str, tmp_path
 
 
 def _unknown_and_provably_absent(store_url: str, tmp_path: Path, *, dedupe: bool) -> Env:
-    """An intent left unknown by a request the provider never acted on, with a lookup that proves absence."""
+    """An intent left unknown by a request the provider never acted on, with a lookup that proves absence, once
+    the request's normal response window has passed (before it, "absent" may be a request still running)."""
     env = make_env(store_url, tmp_path, dedupe=dedupe, proves_absence=True)
     env.fake.fail_next(FakeFailure.LOST_BEFORE_COMMIT)
     with pytest.raises(EffectUnknown):
         env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    env.clock.advance(env.adapter.contract.normal_response_window)
     return env
 
 

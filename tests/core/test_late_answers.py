@@ -123,12 +123,14 @@ def test_a_late_refusal_settles_only_the_attempt_it_answers(
     key = "order:o_1:notify:v1"
     clock = FakeClock()
     fake = GenericFakeProvider(tmp_path / "fake.db", dedupe=False, clock=clock)
-    adapter = GenericFakeAdapter(fake, generic_contract(dedupe=False, lookup_proves_absence=True))
+    contract = generic_contract(dedupe=False, lookup_proves_absence=True)
+    adapter = GenericFakeAdapter(fake, contract)
     ledger = open_ledger(clock=clock, retry=NO_WAIT)
     fake.fail_next(FakeFailure.LOST_BEFORE_COMMIT, FakeFailure.LOST_AFTER_COMMIT)
     for _ in range(2):  # attempt 1 lost before the provider acted; the retry proves it absent, attempt 2 acts
         with pytest.raises(EffectUnknown):
             ledger.execute(adapter, CHARGE, intent_key=key)
+        clock.advance(contract.normal_response_window)  # past it, a lookup's "absent" is proof
     assert (ledger.get(key).status, ledger.get(key).attempt_count, len(fake.effects())) == (EffectStatus.UNKNOWN, 2, 1)
 
     late = Evidence(

@@ -131,6 +131,7 @@ class KeyModel:
     status: EffectStatus | None = None
     params: int | None = None  # index into PARAMS the key was first used with
     first_dispatched_at: datetime | None = None
+    dispatched_at: datetime | None = None  # the latest claim's
     lease_expires_at: datetime | None = None
     ever_unknown: bool = False  # the current record was unknown at some point (its trail says so)
     effects: int = 0  # effects the provider committed under this key
@@ -204,11 +205,16 @@ class LedgerMachine(RuleBasedStateMachine):
         """The contract's ``may_reopen_when_absent``."""
         return self.proves_absence and (not self.dedupe or self.within_replay_window(m))
 
+    def absence_proven(self, m: KeyModel) -> bool:
+        """A lookup's "absent" reopens: where the contract allows, once the latest send can no longer be running."""
+        sent = m.dispatched_at
+        return self.may_reopen(m) and (sent is None or self.now() >= sent + self.contract.normal_response_window)
+
     def lookup(self, key: str, m: KeyModel) -> None:
         """A lookup's settlement of an unknown key: found -> confirmed; proven absent -> prepared."""
         if m.effects:
             self.settle(key, S.CONFIRMED)
-        elif self.may_reopen(m):
+        elif self.absence_proven(m):
             m.status = S.PREPARED
 
     def settle(self, key: str, to: EffectStatus) -> None:
@@ -228,6 +234,7 @@ class LedgerMachine(RuleBasedStateMachine):
     def claim(self, m: KeyModel) -> None:
         m.status = S.IN_FLIGHT
         m.first_dispatched_at = m.first_dispatched_at or self.now()
+        m.dispatched_at = self.now()
         m.lease_expires_at = self.now() + LEASE
 
     def send(
@@ -278,7 +285,7 @@ class LedgerMachine(RuleBasedStateMachine):
         if status is S.UNKNOWN:
             if self.dedupe and self.within_replay_window(m):
                 return "replay", True
-            if not m.effects and self.may_reopen(m):
+            if not m.effects and self.absence_proven(m):
                 return "send", True  # proven absent inside the window: reopened and sent at once
         return "answer", False
 
@@ -397,6 +404,7 @@ class LedgerMachine(RuleBasedStateMachine):
         m = self.keys[key]
         record = self.ledger.get(key)
         m.status, m.first_dispatched_at, m.lease_expires_at = record.status, record.first_dispatched_at, None
+        m.dispatched_at = record.dispatched_at
         if record.status is S.IN_FLIGHT:
             m.lease_expires_at = record.lease_expires_at
         m.ever_unknown = True

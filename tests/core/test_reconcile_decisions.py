@@ -204,6 +204,7 @@ def test_an_adapters_own_refusal_of_a_later_send_leaves_the_intent_unknown_not_r
     env.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
     with pytest.raises(EffectUnknown):
         env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
+    env.clock.advance(env.adapter.contract.normal_response_window)  # the lagging "absent" is then taken as proof
 
     with pytest.raises(EffectUnknown):
         env.ledger.execute(_LaggingAndStricter(env.fake, env.adapter.contract), CHARGE, intent_key=KEY)

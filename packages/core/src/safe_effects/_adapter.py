@@ -87,6 +87,9 @@ class LookupStatus(StrEnum):
 # The ledger gives it to a lookup that raises; an adapter that catches its own errors reports it, so that the
 # reconciler counts the record as an error (exit 1, its alert) rather than as "not found yet"
 LOOKUP_ERROR = "lookup_error"
+# The ledger puts it in the detail of a lookup whose "refused" or "absent" it took as inconclusive, saying why:
+# the last request may still be running at the provider (_reconciliation.may_still_run)
+HELD_BACK = "held_back"
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from datetime import datetime
 from itertools import zip_longest
 from typing import Any
 
-from ._adapter import LOOKUP_ERROR, ProviderAdapter
+from ._adapter import HELD_BACK, LOOKUP_ERROR, ProviderAdapter
 from ._clock import system_sleep
 from ._errors import InvalidInput, SafeEffectsError, StaleRecord
 from ._ledger import Ledger
@@ -258,6 +258,8 @@ class Reconciler:
         if looked_up is not None and looked_up.method == LOOKUP_ERROR:  # a revoked key, an outage: not "not yet"
             why = looked_up.detail.get("error", "no detail")
             return item("error", f"lookup:{LOOKUP_ERROR}", f"the lookup failed ({why}); stays unknown", after=after)
+        if looked_up is not None and (held_back := looked_up.detail.get(HELD_BACK)):
+            return item("unknown", note=f"not yet: {held_back}; stays unknown for the next run", after=after)
         return item("unknown", note="inconclusive: stays unknown for the next run or an operator", after=after)
 
     def _pace(self, adapter: ProviderAdapter[Any], record: EffectRecord, deferred: set[str]) -> None:

@@ -8,9 +8,10 @@ comes here through the ledger's resume; an arriving event through :meth:`Ledger.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._adapter import LOOKUP_ERROR, EffectRequest, LookupResult, LookupStatus, ProviderAdapter
+from ._adapter import HELD_BACK, LOOKUP_ERROR, EffectRequest, LookupResult, LookupStatus, ProviderAdapter
 from ._contract import ProviderContract
 from ._errors import EffectUnknown, LedgerUnavailable, StaleRecord
 from ._evidence_rules import DECISIVE, answers_latest, own_evidence, silent, written_since
@@ -37,8 +38,10 @@ def reconcile_for_caller(
     ):
         claimed = ledger._claim(record, request, reason="same-key replay within the provider's retention window")
         return ledger._dispatch(adapter, request, claimed, contract, method="key_replay")
+    held_back = None
     if settled is None:
-        settled, _ = settle_by_lookup(ledger, adapter, record)
+        settled, found = settle_by_lookup(ledger, adapter, record)
+        held_back = found.detail.get(HELD_BACK)
     if settled is not None and settled.status is S.PREPARED:  # proven absent, where the contract allows
         return ledger._dispatch(adapter, request, ledger._claim(settled, request, reason="redispatch"), contract)
     if settled is not None and settled.status in (S.CONFIRMED, S.COMPENSATED):
@@ -46,8 +49,9 @@ def reconcile_for_caller(
     if settled is not None and settled.status is S.REJECTED:
         raise ledger._rejected(settled, None)
     current = settled or record
+    why = f"the lookup cannot settle it yet: {held_back}" if held_back else "no lookup could settle it"
     raise EffectUnknown(
-        f"intent {record.intent_key!r} is unknown and no lookup could settle it; it was not resent. "
+        f"intent {record.intent_key!r} is unknown and {why}; it was not resent. "
         f"Reconcile later or resolve it as an operator with evidence",
         intent_key=record.intent_key,
         record=current,
@@ -100,6 +104,12 @@ def settle_by_lookup(
         found = adapter.lookup(record)
     except Exception as exc:  # a failing lookup proves nothing
         found = LookupResult(LookupStatus.INCONCLUSIVE, LOOKUP_ERROR, detail={"error": repr(exc)})
+    contract = adapter.contract_for(record.operation)
+    if found.status in (LookupStatus.REFUSED, LookupStatus.ABSENT) and (
+        running := may_still_run(ledger, record, contract)
+    ):
+        held = {**found.detail, "looked_up_as": found.status.value, HELD_BACK: running}
+        found = LookupResult(LookupStatus.INCONCLUSIVE, found.method, evidence=found.evidence, detail=held)
     resolution = Resolution(method=f"lookup:{found.method}", evidence=found.evidence)
     if found.status is LookupStatus.FOUND:
         confirmed = ledger._settle(
@@ -120,7 +130,6 @@ def settle_by_lookup(
             provider_result_id=found.provider_result_id,
         )
         return refused, found
-    contract = adapter.contract_for(record.operation)
     # found and refused are counted by settle(); the rest here, so one lookup is one event
     ledger._observe("reconciliation", record, method=f"lookup:{found.method}", outcome=found.status.value)
     accepted = any(e.verdict is EvidenceVerdict.ACCEPTS for e in own_evidence(ledger.store, record))
@@ -133,6 +142,24 @@ def settle_by_lookup(
     ):
         return ledger._move(record, S.PREPARED, f"proven absent by lookup:{found.method}"), found
     return None, found
+
+
+def may_still_run(ledger: Ledger, record: EffectRecord, contract: ProviderContract) -> str | None:
+    """Why a lookup's "refused" or "absent" proves nothing yet, or None once it may.
+
+    A request sent less than the contract's normal response window ago (plus twice the allowed clock skew: the
+    sender's clock wrote ``dispatched_at``) may still be running at the provider: a lookup then sees the state
+    before it (a card's earlier decline, no object yet), and settling on that would reject or resend what is
+    about to happen. Found is not held back: what is found has happened.
+    """
+    if record.dispatched_at is None:
+        return None
+    skew = ledger._clock_guard.max_skew or timedelta(0)
+    settles_after = record.dispatched_at + contract.normal_response_window + 2 * skew
+    if ledger.clock() >= settles_after:
+        return None
+    sent = record.dispatched_at.isoformat()
+    return f"the last attempt, sent at {sent}, may still be running at the provider until {settles_after.isoformat()}"
 
 
 def reconcile_before_resend(ledger: Ledger, record: EffectRecord, contract: ProviderContract) -> str | None:
