@@ -369,6 +369,33 @@ def test_a_confirm_with_another_card_is_not_rejected_by_the_earlier_cards_declin
     assert [c["status"] for c in env.fake.objects("charges")] == ["succeeded"]
 
 
+def test_a_retry_of_the_same_card_is_not_rejected_by_its_earlier_decline_while_stripe_runs_it(env: Env) -> None:
+    """The card was declined (insufficient funds), the customer topped up, and the confirm retries the same card.
+    Its answer is lost while Stripe still runs it; a lookup at once reads the PaymentIntent's earlier decline,
+    which names this very card. Inside Stripe's normal response window that proves nothing, so the intent stays
+    unknown (it was rejected before, and the caller charged again); once Stripe finishes, it is confirmed."""
+    card = "pm_card_chargeDeclinedInsufficientFunds"
+    with pytest.raises(EffectRejected):
+        create(env, {**PI, "payment_method": card})
+    (pi,) = env.fake.payment_intents
+    env.fake.world.declines.pop(card)  # the customer topped up: the same card passes now
+    env.fake.processing_seconds = 2.5  # past the client's 1 s read timeout
+    confirm_key = "order:o_1:confirm:v1"
+    with pytest.raises(EffectUnknown):
+        env.client.v1.payment_intents.confirm(
+            pi["id"], params={"payment_method": card}, options={"idempotency_key": confirm_key}
+        )
+    looked = env.ledger.reconcile(env.client.adapter, intent_key=confirm_key)  # Stripe is still running it
+    assert looked.status is EffectStatus.UNKNOWN  # the decline on file names this card, but may be the old one
+    assert env.fake.objects("charges") == []  # not charged yet
+    env.fake.processing_seconds = 0
+    time.sleep(2.0)  # the fake finishes the confirm it was running
+
+    settled = env.ledger.reconcile(env.client.adapter, intent_key=confirm_key)
+    assert (settled.status, settled.provider_result_id) == (EffectStatus.CONFIRMED, pi["id"])
+    assert [c["status"] for c in env.fake.objects("charges")] == ["succeeded"]  # one charge, none to repeat
+
+
 def test_the_payment_intent_inside_a_decline_is_bound_to_the_guarded_client(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
