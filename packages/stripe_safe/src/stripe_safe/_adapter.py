@@ -134,9 +134,10 @@ _DEPLOY_READS = (
 EVENT_PAGES = 10
 
 
-def _found(obj: Mapping[str, Any], method: str, **detail: Any) -> LookupResult:
-    """FOUND, or REFUSED for a declined PaymentIntent or failed Charge (it exists, nothing was charged)."""
-    status = LookupStatus.REFUSED if declined(obj) else LookupStatus.FOUND
+def _found(obj: Mapping[str, Any], record: EffectRecord, method: str, **detail: Any) -> LookupResult:
+    """FOUND, or REFUSED for what ``record``'s payment left unpaid: a declined or cancelled PaymentIntent, a
+    failed Charge (it exists, nothing was charged)."""
+    status = LookupStatus.REFUSED if declined(obj, record.operation) else LookupStatus.FOUND
     return LookupResult(
         status,
         method,
@@ -231,7 +232,7 @@ class StripeAdapter:
         hits = sorted(mine, key=lambda o: (o.get("created", 0), o["id"]))
         if not hits:
             return LookupResult(LookupStatus.INCONCLUSIVE, "search", detail={"query": query, **missed})
-        return _found(hits[0], "search", query=query, hits=[h["id"] for h in hits])
+        return _found(hits[0], record, "search", query=query, hits=[h["id"] for h in hits])
 
     def _list(self, record: EffectRecord, path: str, parents: tuple[str, ...]) -> LookupResult:
         """Not searchable: list the parent's objects made while the record was sent (consistent) and match the
@@ -241,16 +242,20 @@ class StripeAdapter:
         hits, missed = _stamped_for(listed, record)
         if not hits:
             return LookupResult(LookupStatus.INCONCLUSIVE, "list", detail={**filters, **missed})
-        return _found(hits[0], "list", hits=[h["id"] for h in hits])
+        return _found(hits[0], record, "list", hits=[h["id"] for h in hits])
 
     def _retrieve(self, record: EffectRecord, done: frozenset[str]) -> LookupResult:
         """An action on an existing object happened when the object shows its after-state."""
         path = record.summary["path"]
         object_path = path if record.operation.endswith(".delete") else path.rsplit("/", 1)[0]
         obj = self._read(record, object_path)
-        refused = record.operation == "payment_intents.confirm" and declined(obj) and declined_by(obj, record.summary)
+        refused = (
+            record.operation == "payment_intents.confirm"
+            and declined(obj, record.operation)
+            and declined_by(obj, record.summary)
+        )
         if obj.get("status") in done or refused:
-            return _found(obj, "retrieve", status=obj.get("status"))
+            return _found(obj, record, "retrieve", status=obj.get("status"))
         return LookupResult(
             LookupStatus.INCONCLUSIVE, "retrieve", provider_result_id=obj["id"], detail={"status": obj.get("status")}
         )
@@ -298,4 +303,4 @@ class StripeAdapter:
             if missing.http_status != 404:
                 raise
             current = dict(written)
-        return _found(current, "events", **detail)
+        return _found(current, record, "events", **detail)

@@ -497,26 +497,36 @@ def made_by(
     )
 
 
+# The writes that pay a PaymentIntent. One found cancelled with nothing received charged nothing, and never will:
+# a cancelled PaymentIntent cannot be paid (a cancel releases an authorisation), whatever its decline still shows
+PAYS_INTENT = frozenset({"payment_intents.create", "payment_intents.confirm"})
+
+
+def _cancelled_unpaid(obj: Mapping[str, Any]) -> bool:
+    return obj.get("status") == "canceled" and obj.get("amount_received") == 0
+
+
 def declined_by(obj: Mapping[str, Any], summary: Mapping[str, str]) -> bool:
     """Whether a declined PaymentIntent's decline can be this confirm's: the call named no payment method, or
     the one the decline names. A confirm with another card, looked up while Stripe still runs it, finds the
     earlier attempt's ``last_payment_error``; taken for this call's refusal, the intent was rejected while the
-    new card was charged, and charged again under a new key."""
+    new card was charged, and charged again under a new key. A cancelled one runs no confirm any more."""
     sent = summary.get("payment_method")
     error = obj.get("last_payment_error") or {}
     method = error.get("payment_method") if isinstance(error, Mapping) else None
     named = method.get("id") if isinstance(method, Mapping) else method
-    return sent is None or named is None or named == sent
+    return _cancelled_unpaid(obj) or sent is None or named is None or named == sent
 
 
-def declined(obj: Mapping[str, Any]) -> bool:
-    """An object a declined payment left behind: it exists, but no money moved. A PaymentIntent the
-    create-and-confirm left waiting for another payment method, or a Charge that failed (Stripe keeps a declined
-    ``charges.create`` as a Charge with status ``failed``)."""
+def declined(obj: Mapping[str, Any], operation: str) -> bool:
+    """An object a payment ``operation`` left behind with no money moved: it exists, but nothing was charged. A
+    PaymentIntent the create-and-confirm left waiting for another payment method, one cancelled since with
+    nothing received (Stripe clears ``last_payment_error`` on any update, so the decline may not show), or a
+    Charge that failed (Stripe keeps a declined ``charges.create`` as a Charge with status ``failed``)."""
     if obj.get("object") == "charge":
         return obj.get("status") == "failed"
-    return (
-        obj.get("object") == "payment_intent"
-        and bool(obj.get("last_payment_error"))
-        and (obj.get("status") == "requires_payment_method")
-    )
+    if obj.get("object") != "payment_intent":
+        return False
+    if operation in PAYS_INTENT and _cancelled_unpaid(obj):
+        return True
+    return bool(obj.get("last_payment_error")) and obj.get("status") == "requires_payment_method"

@@ -307,7 +307,11 @@ class World:
         return Result(200, obj, effect=True)
 
     def update_payment_intent(self, oid: str, params: Mapping[str, Any]) -> Result:
-        return self._updated("payment_intents", oid, params, ("description", "payment_method"))
+        """As on Stripe, an update clears the last confirmation's ``last_payment_error`` ("cleared if the
+        PaymentIntent is later updated for any reason"): a decline is not always there to be seen."""
+        updated = self._updated("payment_intents", oid, params, ("description", "payment_method"))
+        updated.body["last_payment_error"] = None
+        return updated
 
     # -- refunds, customers, charges, invoices ------------------------------------------------------------
 
