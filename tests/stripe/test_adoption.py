@@ -61,3 +61,25 @@ def test_an_operator_settles_it_with_the_raw_charge_and_the_job_gets_the_receipt
     _charge(env)  # answered from the ledger: a read of the raw charge, no second create
     assert len(env.fake.payment_intents) == 1
     assert env.ledger.get(KEY).provider_result_id == raw.id
+
+
+def test_the_raw_calls_object_found_by_its_key_does_not_settle_the_intent(env: Env) -> None:
+    """Found by a Stripe audit: the events lookup matched an event by the idempotency key alone, so the raw call's
+    PaymentIntent (another amount) confirmed the intent. Stripe's idempotency_error says that key's request was
+    not this one: the key proves nothing here, and the intent stays unknown for an operator."""
+    raw = raw_client(env.fake.url).v1.payment_intents.create(
+        params={"amount": 1500, "currency": "eur", "payment_method": "pm_card_visa", "confirm": True},
+        options={"idempotency_key": KEY},
+    )
+    env.clock.advance(timedelta(minutes=10))  # the job's retry, inside the hour the events lookup reads
+    with pytest.raises(EffectUnknown, match="IdempotencyError"):
+        _charge(env)
+
+    record = env.reconciled()
+
+    assert [pi["id"] for pi in env.fake.payment_intents] == [raw.id]  # the raw call's only
+    assert env.fake.effect_count("payment_intents.create") == 1
+    assert _posts(env) == 2  # the raw charge, and the wrapper's refused request
+    assert [r.path for r in env.fake.requests("GET")] == ["/v1/payment_intents/search"]  # no events read
+    assert (record.status, record.provider_result_id) == (EffectStatus.UNKNOWN, None)
+    assert env.ledger.get(KEY).last_error_code == "idempotency_error"

@@ -27,6 +27,7 @@ from safe_effects import (
 from ._classify import classify
 from ._contract import (
     ACTION_DONE,
+    KEY_HELD_BY_ANOTHER_REQUEST,
     LISTED_BY,
     PROVIDER,
     SEARCHABLE,
@@ -263,7 +264,13 @@ class StripeAdapter:
     def _events(self, record: EffectRecord, resource: str, action: str) -> LookupResult:
         """A create or an update happened when Stripe logged its object's ``.created`` or ``.updated`` event for
         the request that carried the record's key. No such event proves nothing: an update that changed nothing
-        makes none, not every object has events, and Stripe lists only the last 30 days."""
+        makes none, not every object has events, and Stripe lists only the last 30 days.
+
+        Not read after Stripe's ``idempotency_error``: the key then holds a request with other params (the raw SDK
+        before adoption, another version of the wrapper), so its events name that request's object, which may be
+        another charge altogether; the intent waits for an operator."""
+        if record.last_error_code == KEY_HELD_BY_ANOTHER_REQUEST:
+            return LookupResult(LookupStatus.INCONCLUSIVE, "events", detail={"skipped": KEY_HELD_BY_ANOTHER_REQUEST})
         path = record.summary["path"].rstrip("/")
         object_id = path.rsplit("/", 1)[-1] if action == "update" else None
         params: dict[str, Any] = {"created": _sent_between(record), "limit": 100}
