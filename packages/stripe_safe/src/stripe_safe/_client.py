@@ -15,6 +15,7 @@ import hashlib
 import logging
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote
 
 import anyio.to_thread
 import stripe
@@ -63,6 +64,7 @@ from ._contract import (
     summary_for,
     writes,
 )
+from ._refund_target import REFUND, check_refund_target
 from ._wire import as_sent
 
 _log = logging.getLogger("stripe_safe")
@@ -290,19 +292,34 @@ class _LedgerRequestor(_APIRequestor):
             payload=StripeCall(method, url, stamped, options or {}, base_address, usage),
             summary=summary_for(path, caller, method, scope),
         )
+        read = _read_options(options, scope)
         if self.compensates is None:
             receipt = self.ledger.execute(self.adapter, request, intent_key=intent, tenant=self.tenant)
         else:
-            receipt = self.ledger.compensate(
-                self.adapter, request, original_key=self.compensates, compensating_key=intent, tenant=self.tenant
-            )
+            receipt = self._compensation(self.compensates, request, intent, read)
         answer: stripe.StripeObject = (
-            receipt.response
-            if receipt.response is not None
-            else self._rebuilt(receipt.record, request, caller, _read_options(options, scope))
+            receipt.response if receipt.response is not None else self._rebuilt(receipt.record, request, caller, read)
         )
         setattr(answer, _RECEIPT_ATTRIBUTE, receipt)
         return answer
+
+    def _compensation(
+        self, original_key: IntentKey, request: EffectRequest, intent: IntentKey, read: RequestOptions
+    ) -> Receipt[stripe.StripeObject]:
+        """``request`` run as the compensation of ``original_key``; a refund only of the original's own payment."""
+        if request.operation == REFUND:
+            original = self.ledger.get(original_key, tenant=self.tenant)
+            check_refund_target(
+                original, request.params["params"], functools.partial(self._intent_of_charge, read=read)
+            )
+        return self.ledger.compensate(
+            self.adapter, request, original_key=original_key, compensating_key=intent, tenant=self.tenant
+        )
+
+    def _intent_of_charge(self, charge: str, read: RequestOptions) -> object:
+        """The PaymentIntent a charge belongs to, by a GET on the call's account (a read, never a write)."""
+        found = self.transport.read(f"/v1/charges/{quote(charge, safe='')}", None, read)
+        return found.to_dict(recursive=False).get("payment_intent")
 
     def _rebuilt(
         self, record: EffectRecord, request: EffectRequest, caller: Mapping[str, Any], read: RequestOptions
