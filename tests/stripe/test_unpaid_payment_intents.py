@@ -63,6 +63,46 @@ def test_a_lost_create_and_confirm_cancelled_since_with_nothing_received_is_reje
     _rejected_with(record, pi["id"], lookup)
 
 
+@pytest.mark.parametrize("lookup", ["search", "events"])
+def test_a_lost_create_and_confirm_whose_decline_an_update_cleared_is_rejected(env: Env, lookup: str) -> None:
+    """Declined, then updated (which clears ``last_payment_error`` on Stripe) but not cancelled: the
+    PaymentIntent waits for a payment method with no decline to show. A create that confirmed and left it there
+    charged nothing; confirmed, the caller would ship an order nobody paid for."""
+    if lookup == "events":
+        env.fake.search_lag = KEY_WINDOW_PASSED * 2  # the search finds nothing yet: the create's event settles it
+    env.fake.inject(Fault.drop_after_commit(path_prefix="/v1/payment_intents"))
+    with pytest.raises(EffectUnknown):
+        env.client.v1.payment_intents.create(params=UNPAID["declined"], options={"idempotency_key": KEY})  # type: ignore[arg-type]
+    [pi] = env.fake.payment_intents
+    raw_client(env.fake.url).v1.payment_intents.update(pi["id"], params={"description": "retry later"})
+    [kept] = env.fake.payment_intents
+    assert (kept["status"], kept["last_payment_error"]) == ("requires_payment_method", None)
+    env.clock.advance(KEY_WINDOW_PASSED)
+
+    record = env.reconciled()
+
+    assert env.fake.effect_count("payment_intents.create") == 1
+    assert env.fake.objects("charges") == []
+    _rejected_with(record, pi["id"], lookup)
+
+
+def test_a_lost_create_without_confirm_found_waiting_for_a_payment_method_is_confirmed(env: Env) -> None:
+    """A create that did not confirm leaves every PaymentIntent waiting for a payment method: that is its
+    success, not a decline."""
+    env.fake.inject(Fault.drop_after_commit(path_prefix="/v1/payment_intents"))
+    unconfirmed = {"amount": 2000, "currency": "eur"}
+    with pytest.raises(EffectUnknown):
+        env.client.v1.payment_intents.create(params=unconfirmed, options={"idempotency_key": KEY})  # type: ignore[arg-type]
+    [pi] = env.fake.payment_intents
+    env.clock.advance(KEY_WINDOW_PASSED)
+
+    record = env.reconciled()
+
+    assert env.fake.effect_count("payment_intents.create") == 1
+    assert (record.status, record.provider_result_id) == (EffectStatus.CONFIRMED, pi["id"])
+    assert pi["status"] == "requires_payment_method"
+
+
 def test_a_lost_confirm_of_a_payment_intent_cancelled_since_with_nothing_received_is_rejected(env: Env) -> None:
     pi = raw_client(env.fake.url).v1.payment_intents.create(params={"amount": 2000, "currency": "eur"})
     confirm_key = "order:o_1:confirm:v1"

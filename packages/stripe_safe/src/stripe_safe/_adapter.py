@@ -138,7 +138,7 @@ EVENT_PAGES = 10
 def _found(obj: Mapping[str, Any], record: EffectRecord, method: str, **detail: Any) -> LookupResult:
     """FOUND, or REFUSED for what ``record``'s payment left unpaid: a declined or cancelled PaymentIntent, a
     failed Charge (it exists, nothing was charged)."""
-    status = LookupStatus.REFUSED if declined(obj, record.operation) else LookupStatus.FOUND
+    status = LookupStatus.REFUSED if declined(obj, record.operation, record.summary) else LookupStatus.FOUND
     return LookupResult(
         status,
         method,
@@ -252,7 +252,7 @@ class StripeAdapter:
         obj = self._read(record, object_path)
         refused = (
             record.operation == "payment_intents.confirm"
-            and declined(obj, record.operation)
+            and declined(obj, record.operation, record.summary)
             and declined_by(obj, record.summary)
         )
         if obj.get("status") in done or refused:

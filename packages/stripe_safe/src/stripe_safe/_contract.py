@@ -432,6 +432,8 @@ def summary_for(
         value = params.get(name)
         if isinstance(value, str | int) and not isinstance(value, bool):
             summary[name] = str(value)
+    if params.get("confirm") in (True, "true"):  # a create that pays: found waiting for a method, it did not
+        summary["confirm"] = "true"
     captured = params.get("amount_to_capture")
     if "amount" not in summary and isinstance(captured, int) and not isinstance(captured, bool):
         summary["amount"] = str(captured)
@@ -518,15 +520,19 @@ def declined_by(obj: Mapping[str, Any], summary: Mapping[str, str]) -> bool:
     return _cancelled_unpaid(obj) or sent is None or named is None or named == sent
 
 
-def declined(obj: Mapping[str, Any], operation: str) -> bool:
+def declined(obj: Mapping[str, Any], operation: str, summary: Mapping[str, str]) -> bool:
     """An object a payment ``operation`` left behind with no money moved: it exists, but nothing was charged. A
-    PaymentIntent the create-and-confirm left waiting for another payment method, one cancelled since with
-    nothing received (Stripe clears ``last_payment_error`` on any update, so the decline may not show), or a
-    Charge that failed (Stripe keeps a declined ``charges.create`` as a Charge with status ``failed``)."""
+    PaymentIntent a create-and-confirm left waiting for another payment method (with its decline, or without:
+    Stripe clears ``last_payment_error`` on any update), one cancelled since with nothing received, or a
+    Charge that failed (Stripe keeps a declined ``charges.create`` as a Charge with status ``failed``). A create
+    that did not confirm leaves every PaymentIntent waiting for a payment method: that is no decline."""
     if obj.get("object") == "charge":
         return obj.get("status") == "failed"
     if obj.get("object") != "payment_intent":
         return False
     if operation in PAYS_INTENT and _cancelled_unpaid(obj):
         return True
-    return bool(obj.get("last_payment_error")) and obj.get("status") == "requires_payment_method"
+    if obj.get("status") != "requires_payment_method":
+        return False
+    confirmed_by_create = operation == "payment_intents.create" and summary.get("confirm") == "true"
+    return confirmed_by_create or bool(obj.get("last_payment_error"))
