@@ -134,3 +134,21 @@ def test_a_lost_cancel_found_cancelled_is_still_confirmed(env: Env) -> None:
     assert env.fake.effect_count("payment_intents.cancel") == 1
     assert env.fake.payment_intents[0]["status"] == "canceled"
     assert (record.status, record.provider_result_id) == (EffectStatus.CONFIRMED, pi.id)
+
+
+def test_a_lost_capture_of_a_payment_intent_cancelled_since_is_rejected(env: Env) -> None:
+    """A capture whose answer was lost, the authorisation cancelled since (a succeeded PaymentIntent cannot be
+    cancelled, so the capture never took the money): refused, where it stayed unknown for an operator."""
+    pi = raw_client(env.fake.url).v1.payment_intents.create(params=UNPAID["authorized"])
+    capture_key = "order:o_1:capture:v1"
+    env.fake.inject(Fault.drop_before_commit(path_prefix=f"/v1/payment_intents/{pi.id}/capture"))
+    with pytest.raises(EffectUnknown):
+        env.client.v1.payment_intents.capture(pi.id, options={"idempotency_key": capture_key})
+    raw_client(env.fake.url).v1.payment_intents.cancel(pi.id)
+    env.clock.advance(BASE_CONTRACT.normal_response_window)
+
+    record = env.reconciled(capture_key)
+
+    assert env.fake.effect_count("payment_intents.capture") == 0
+    assert not any(charge["captured"] for charge in env.fake.objects("charges"))
+    _rejected_with(record, pi.id, "retrieve")

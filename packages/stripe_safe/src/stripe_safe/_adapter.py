@@ -29,6 +29,7 @@ from ._contract import (
     ACTION_DONE,
     KEY_HELD_BY_ANOTHER_REQUEST,
     LISTED_BY,
+    PAYS_INTENT,
     PROVIDER,
     SEARCHABLE,
     contract_for,
@@ -251,7 +252,7 @@ class StripeAdapter:
         object_path = path if record.operation.endswith(".delete") else path.rsplit("/", 1)[0]
         obj = self._read(record, object_path)
         refused = (
-            record.operation == "payment_intents.confirm"
+            record.operation in PAYS_INTENT
             and declined(obj, record.operation, record.summary)
             and declined_by(obj, record.summary)
         )

@@ -501,7 +501,7 @@ def made_by(
 
 # The writes that pay a PaymentIntent. One found cancelled with nothing received charged nothing, and never will:
 # a cancelled PaymentIntent cannot be paid (a cancel releases an authorisation), whatever its decline still shows
-PAYS_INTENT = frozenset({"payment_intents.create", "payment_intents.confirm"})
+PAYS_INTENT = frozenset({"payment_intents.create", "payment_intents.confirm", "payment_intents.capture"})
 
 
 def _cancelled_unpaid(obj: Mapping[str, Any]) -> bool:
