@@ -361,7 +361,8 @@ def test_stale_approval_is_refused_and_closed(ops: Ops) -> None:
     ("approver", "message"),
     [
         ("alice\u200b", "holds an invisible character (U+200B)"),  # a zero-width space after the name
-        ("\uff41\uff4c\uff49\uff43\uff45", "a different operator must approve it"),  # fullwidth letters
+        # fullwidth letters: the refusal names the recorded requester, not the look-alike spelling
+        ("\uff41\uff4c\uff49\uff43\uff45", "alice asked for this resolution of"),
         # shown as nothing, yet no format character: each approved alice's own request (an operator audit)
         ("alice\u034f", "holds an invisible character (U+034F)"),  # combining grapheme joiner
         ("alice\ufe0f", "holds an invisible character (U+FE0F)"),  # variation selector

@@ -194,8 +194,8 @@ class Operator:
         approval = self._pending(intent_key, tenant)
         if _same_person(operator, approval.requested_by):
             raise ApprovalError(
-                f"{operator} asked for this resolution of {approval.intent_key!r}; "
-                "a different operator must approve it (two-person rule)"
+                f"{approval.requested_by} asked for this resolution of {approval.intent_key!r}, and {operator!r} "
+                "names the same person; a different operator must approve it (two-person rule)"
             )
         record = self.ledger.get(approval.intent_key, tenant=approval.tenant)
         if not _asked_of(approval, record):
