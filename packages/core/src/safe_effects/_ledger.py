@@ -904,7 +904,7 @@ class Ledger:
             back_to = S.UNKNOWN if method == "key_replay" else S.PREPARED
             self._finish(record, back_to, exhausted.verdict, released=True)
             hint = exhausted.verdict.retry_after
-            when = "later" if hint is None else f"in {hint:g} s (the provider's Retry-After)"
+            when = "later" if hint is None else f"in {hint:g} s (the adapter's hint: a Retry-After or a back-off)"
             raise EffectDeferred(
                 f"intent {record.intent_key!r}: {exhausted.verdict.error_class}, and neither the retry policy (at "
                 f"most {self.retry.max_attempts} attempts within {self.retry.max_total_seconds:g} s, "
