@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import pytest
 import stripe
 
-from safe_effects import EffectStatus, EffectUnknown, Ledger, MissingIntentKey
+from safe_effects import EffectRejected, EffectStatus, EffectUnknown, Ledger, MissingIntentKey
 from safe_effects.testing import FakeHTTPServer, FakeRequest, FakeResponse, Fault
 from stripe_safe import StripeClient, contract_for, receipt_of
 
@@ -131,3 +131,23 @@ def test_a_confirmed_delete_of_an_object_gone_for_a_get_is_answered_from_the_led
         assert receipt.from_ledger
         assert coupons.deletes == 1
         assert ledger.get(key).status is EffectStatus.CONFIRMED
+
+
+def test_a_coupon_keeps_the_id_its_caller_chose_and_is_deleted_by_it(env: Env) -> None:
+    """As on Stripe, ``coupons.create`` with an ``id`` makes the coupon under that id; a second create of it is
+    refused (``resource_already_exists``), and the delete by the chosen id goes through the ledger once."""
+    made = env.client.v1.coupons.create(
+        params={"id": "summer", "percent_off": 10.0}, options={"idempotency_key": "coupon:summer:create:v1"}
+    )
+    with pytest.raises(EffectRejected, match="resource_already_exists"):
+        env.client.v1.coupons.create(
+            params={"id": "summer", "percent_off": 20.0}, options={"idempotency_key": "coupon:summer:create:v2"}
+        )
+
+    gone = env.client.v1.coupons.delete("summer", options={"idempotency_key": "coupon:summer:delete:v1"})
+
+    assert (made.id, gone.id, gone.deleted) == ("summer", "summer", True)
+    assert env.fake.objects("coupons") == []
+    assert (env.fake.effect_count("coupons.create"), env.fake.effect_count("coupons.delete")) == (1, 1)
+    assert env.ledger.get("coupon:summer:create:v2").status is EffectStatus.REJECTED
+    assert env.ledger.get("coupon:summer:delete:v1").status is EffectStatus.CONFIRMED

@@ -152,8 +152,9 @@ class World:
         self.declines = dict(DECLINES)
         self._ids = itertools.count(1)
 
-    def _new(self, kind: str, prefix: str, fields: dict[str, Any]) -> dict[str, Any]:
-        oid = f"{prefix}_F{next(self._ids):07d}"
+    def _new(self, kind: str, prefix: str, fields: dict[str, Any], named: str | None = None) -> dict[str, Any]:
+        """A new object; ``named`` is the id the caller chose, where Stripe takes one (a coupon's)."""
+        oid = named or f"{prefix}_F{next(self._ids):07d}"
         now = self.clock()
         obj = {"id": oid, "created": int(now.timestamp()), "livemode": False, **fields}
         self.objects[kind][oid] = obj
@@ -377,10 +378,16 @@ class World:
         if "percent_off" not in params and "amount_off" not in params:
             raise ApiError(400, "invalid_request_error", "Must provide one of amount_off or percent_off.")
         fields = {k: params[k] for k in ("percent_off", "amount_off", "currency", "name") if k in params}
+        named = str(params["id"]) if params.get("id") else None
+        if named is not None and named in self.objects["coupons"]:
+            raise ApiError(
+                400, "invalid_request_error", "Coupon already exists.", code="resource_already_exists", param="id"
+            )
         coupon = self._new(
             "coupons",
             "co",
             {"object": "coupon", "duration": params.get("duration", "once"), "metadata": _metadata(params), **fields},
+            named,
         )
         return Result(200, coupon, effect=True)
 
