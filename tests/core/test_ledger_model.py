@@ -205,10 +205,21 @@ class LedgerMachine(RuleBasedStateMachine):
         """The contract's ``may_reopen_when_absent``."""
         return self.proves_absence and (not self.dedupe or self.within_replay_window(m))
 
-    def absence_proven(self, m: KeyModel) -> bool:
+    def may_still_run(self, m: KeyModel, sent: datetime | None = None) -> bool:
+        """The latest send (``sent``, else the key's) may still be running: a lookup's "absent" or "refused" proves
+        nothing yet (``_response_window.may_still_run``)."""
+        sent = sent or m.dispatched_at
+        return sent is not None and self.now() < sent + self.contract.normal_response_window
+
+    def absence_proven(self, m: KeyModel, sent: datetime | None = None) -> bool:
         """A lookup's "absent" reopens: where the contract allows, once the latest send can no longer be running."""
-        sent = m.dispatched_at
-        return self.may_reopen(m) and (sent is None or self.now() >= sent + self.contract.normal_response_window)
+        return self.may_reopen(m) and not self.may_still_run(m, sent)
+
+    def worker_lost(self, m: KeyModel) -> None:
+        """An in-flight key whose lease ran out: unknown, its latest send moved to the lease's end (a retry the
+        record never heard of may have gone out until then)."""
+        m.status, m.ever_unknown = S.UNKNOWN, True
+        m.dispatched_at, m.lease_expires_at = m.lease_expires_at, None
 
     def lookup(self, key: str, m: KeyModel) -> None:
         """A lookup's settlement of an unknown key: found -> confirmed; proven absent -> prepared."""
@@ -270,11 +281,12 @@ class LedgerMachine(RuleBasedStateMachine):
         status = m.status
         if self.earlier_in_doubt(key):
             return "refused", False
+        sent = m.dispatched_at
         if status is S.IN_FLIGHT:
             assert m.lease_expires_at is not None
             if self.now() < m.lease_expires_at:
                 return "answer", False
-            status = S.UNKNOWN
+            status, sent = S.UNKNOWN, m.lease_expires_at
         if status is None:
             return "send", True
         if status is S.PREPARED:
@@ -285,7 +297,7 @@ class LedgerMachine(RuleBasedStateMachine):
         if status is S.UNKNOWN:
             if self.dedupe and self.within_replay_window(m):
                 return "replay", True
-            if not m.effects and self.absence_proven(m):
+            if not m.effects and self.absence_proven(m, sent):
                 return "send", True  # proven absent inside the window: reopened and sent at once
         return "answer", False
 
@@ -298,7 +310,7 @@ class LedgerMachine(RuleBasedStateMachine):
             assert m.lease_expires_at is not None
             if self.now() < m.lease_expires_at:
                 return Expected(EffectInProgress, False)
-            m.status, m.ever_unknown, m.lease_expires_at = S.UNKNOWN, True, None  # worker lost
+            self.worker_lost(m)
         if m.status is None:
             return Expected(self.send(key, answer, replay=False, crash=crash), True)
         if m.status in (S.CONFIRMED, S.COMPENSATED):
@@ -331,7 +343,7 @@ class LedgerMachine(RuleBasedStateMachine):
             assert m.lease_expires_at is not None
             if self.now() < m.lease_expires_at:
                 return
-            m.status, m.ever_unknown, m.lease_expires_at = S.UNKNOWN, True, None
+            self.worker_lost(m)
         if m.status is S.UNKNOWN:
             self.lookup(key, m)
 
@@ -650,7 +662,8 @@ class LedgerMachine(RuleBasedStateMachine):
                 evidence="dashboard" if to is S.CONFIRMED else None,
             )
         )
-        if honest:
+        # a rejection is refused while the last send may still be running (a prepared key was never sent since)
+        if honest and not (to is S.REJECTED and m.status is S.UNKNOWN and self.may_still_run(m)):
             assert error is None, repr(error)
             self.settle(key, to)
             if not m.exact:

@@ -31,7 +31,6 @@ from safe_effects import (
     Ledger,
     LedgerUnavailable,
     LookupResult,
-    LookupStatus,
     Operator,
     Reconciler,
     RetryPolicy,
@@ -39,12 +38,13 @@ from safe_effects import (
 from safe_effects.testing import (
     FakeClock,
     FakeFailure,
-    FakeTimeout,
     GenericFakeAdapter,
     GenericFakeProvider,
     RecordingObserver,
     generic_contract,
 )
+
+from ._slow_requests import LandsAfterItsTimeout
 
 KEY = "invoice:inv_42:collect:v1"
 R1, R2 = "invoice:inv_42:refund:v1", "invoice:inv_42:refund:v2"
@@ -135,90 +135,6 @@ def test_a_late_timeout_landing_during_the_reopen_still_stops_a_resend(open_ledg
 
     assert receipt.record.status is EffectStatus.CONFIRMED  # a fresh lookup now finds it
     assert len(fake.effects()) == 1
-
-
-@dataclass
-class LandsAfterItsTimeout(GenericFakeAdapter):
-    """The client gives up on the request (a read timeout) while the provider has not acted on it yet; the test
-    lands it later (``land``), and the provider acts then."""
-
-    on_the_wire: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-
-    def dispatch(self, request: EffectRequest, provider_key: str) -> str:
-        self.on_the_wire.append((provider_key, dict(request.params)))
-        raise FakeTimeout("read timed out")
-
-    def land(self) -> str:
-        return self.fake.handle(*self.on_the_wire.pop())
-
-
-class RefusesUntilFound(GenericFakeAdapter):
-    """A lookup that reads a refusal on file until the effect shows (Stripe: a PaymentIntent still showing the
-    card's earlier decline while the confirm that retries the card runs)."""
-
-    def lookup(self, record: EffectRecord) -> LookupResult:
-        found = super().lookup(record)
-        if found.status is LookupStatus.FOUND:
-            return found
-        return LookupResult(LookupStatus.REFUSED, "search", evidence="the earlier attempt's decline")
-
-
-@pytest.mark.parametrize("looks_up", [GenericFakeAdapter, RefusesUntilFound], ids=["absent", "refused"])
-def test_a_lookup_right_after_a_lost_answer_settles_nothing_while_the_provider_may_still_run_the_request(
-    open_ledger: OpenLedger, tmp_path: Path, looks_up: type[GenericFakeAdapter]
-) -> None:
-    """The client gives up before the provider acts (a read timeout shorter than the provider's work) and the
-    caller retries at once. The lookup sees the state before the request: nothing yet ("absent"), or an earlier
-    decline ("refused"). Inside the contract's normal response window neither is proof, so the intent stays
-    unknown and nothing is sent; the request lands, and a retry after the window finds it. Mutant:
-    ``may_still_run`` returning None resends (absent: two effects) or rejects what then acts (refused: the
-    caller, told it failed, charges again under a new key)."""
-    clock = FakeClock()
-    fake = GenericFakeProvider(tmp_path / "fake.db", clock=clock, dedupe=False)
-    contract = generic_contract(dedupe=False, lookup_proves_absence=True)
-    wire, lookup = LandsAfterItsTimeout(fake, contract), looks_up(fake, contract)
-    ledger = open_ledger(clock=clock, retry=NO_WAIT)
-    with pytest.raises(EffectUnknown):
-        ledger.execute(wire, CHARGE, intent_key=KEY)
-    clock.advance(contract.normal_response_window / 2)
-
-    with pytest.raises(EffectUnknown, match="may still be running at the provider until"):
-        ledger.execute(lookup, CHARGE, intent_key=KEY)
-    [swept] = Reconciler(ledger, {"fake": lookup}).run_once().items
-    assert swept.outcome == "unknown"
-    assert swept.note is not None
-    assert swept.note.startswith("not yet: the last attempt, sent at ")
-    assert (fake.requests(), ledger.get(KEY).attempt_count) == ([], 1)  # nothing landed yet, nothing sent again
-
-    assert wire.land() == "fx_1"  # the provider finishes the first request
-    clock.advance(contract.normal_response_window)
-    receipt = ledger.execute(lookup, CHARGE, intent_key=KEY)
-
-    assert (receipt.record.status, receipt.record.provider_result_id) == (EffectStatus.CONFIRMED, "fx_1")
-    assert receipt.record.resolution is not None
-    assert receipt.record.resolution.method == "lookup:search"
-    assert [e.result_id for e in fake.effects()] == ["fx_1"]
-    assert len(fake.requests()) == 1
-
-
-def test_a_lookups_refusal_after_the_response_window_rejects(open_ledger: OpenLedger, tmp_path: Path) -> None:
-    """The window only delays a refusal: once the request can no longer be running, it settles the intent."""
-    clock = FakeClock()
-    fake = GenericFakeProvider(tmp_path / "fake.db", clock=clock, dedupe=False)
-    contract = generic_contract(dedupe=False, lookup_proves_absence=True)
-    ledger = open_ledger(clock=clock, retry=NO_WAIT)
-    with pytest.raises(EffectUnknown):
-        ledger.execute(LandsAfterItsTimeout(fake, contract), CHARGE, intent_key=KEY)  # never lands
-    clock.advance(contract.normal_response_window)
-
-    with pytest.raises(EffectRejected):
-        ledger.execute(RefusesUntilFound(fake, contract), CHARGE, intent_key=KEY)
-
-    record = ledger.get(KEY)
-    assert (record.status, record.attempt_count) == (EffectStatus.REJECTED, 1)
-    assert record.resolution is not None
-    assert record.resolution.method == "lookup:search"
-    assert (fake.requests(), fake.effects()) == ([], [])
 
 
 @pytest.mark.parametrize("worker_id", [None, "billing"], ids=["ids of their own", "one worker id"])

@@ -88,7 +88,7 @@ class LookupStatus(StrEnum):
 # reconciler counts the record as an error (exit 1, its alert) rather than as "not found yet"
 LOOKUP_ERROR = "lookup_error"
 # The ledger puts it in the detail of a lookup whose "refused" or "absent" it took as inconclusive, saying why:
-# the last request may still be running at the provider (_reconciliation.may_still_run)
+# the last request may still be running at the provider (_response_window.may_still_run)
 HELD_BACK = "held_back"
 
 

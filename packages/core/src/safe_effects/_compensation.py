@@ -17,6 +17,7 @@ from ._errors import IllegalTransition, StaleRecord
 from ._evidence_rules import own_evidence, silent
 from ._keys import IntentKey
 from ._records import OPERATOR_METHOD, EffectRecord
+from ._response_window import may_still_run
 from ._states import EffectStatus as S
 
 if TYPE_CHECKING:
@@ -91,14 +92,15 @@ def _check_replaceable(ledger: Ledger, original: EffectRecord, adapter: Provider
     assert original.compensated_by is not None
     holder = ledger.store.get(original.tenant, original.compensated_by)
     if holder is not None and _never_acts_for(ledger, original, holder):
-        if (found := _found_despite_rejection(holder, adapter)) is None:
+        if (found := _found_despite_rejection(ledger, holder, adapter)) is None:
             return
         raise IllegalTransition(
             S.CONFIRMED.value,
             S.COMPENSATED.value,
             original.intent_key,
-            why=f"compensation {holder.intent_key!r} was rejected by hand, but {found}: correct it to confirmed "
-            "(safe-effects resolve --as confirmed) rather than compensate again",
+            why=f"compensation {holder.intent_key!r} was rejected by hand, but {found}: where it acted, correct it "
+            "to confirmed (safe-effects resolve --as confirmed) rather than compensate again; else try again once "
+            "a lookup can show it did nothing",
         )
     if holder is None:
         state = "named, never recorded: run it again with its key"
@@ -173,9 +175,10 @@ def mark_original_compensated(ledger: Ledger, record: EffectRecord) -> None:
     ledger._observe("compensation", marked)
 
 
-def _found_despite_rejection(holder: EffectRecord, adapter: ProviderAdapter[Any]) -> str | None:
+def _found_despite_rejection(ledger: Ledger, holder: EffectRecord, adapter: ProviderAdapter[Any]) -> str | None:
     """Why a compensation rejected by hand after it was sent may have acted (a lookup finds it, or cannot be
-    made), or None: rejected by the provider's own answer or a lookup, never sent, or found absent."""
+    made, or it may still be running), or None: rejected by the provider's own answer or a lookup, never sent,
+    or found absent once it can no longer be running."""
     if holder.first_dispatched_at is None or holder.resolution is None or holder.resolution.method != OPERATOR_METHOD:
         return None
     if adapter.provider != holder.provider:
@@ -186,7 +189,8 @@ def _found_despite_rejection(holder: EffectRecord, adapter: ProviderAdapter[Any]
         return f"looking it up failed ({type(failed).__name__})"
     if looked.status is LookupStatus.FOUND:
         return f"a lookup ({looked.method}) finds it at the provider as {looked.provider_result_id!r}"
-    return None
+    contract = adapter.contract_for(holder.operation)
+    return may_still_run(holder, contract, ledger._clock_guard.max_skew, ledger.clock())
 
 
 def _never_acts_for(ledger: Ledger, original: EffectRecord, holder: EffectRecord) -> bool:

@@ -825,7 +825,7 @@ class Ledger:
             "its outcome could not be written: ledger unavailable"
             if abandoned
             else f"lease of {record.lease_owner} expired: worker lost",
-            {**_NO_LEASE, "last_error_class": "LeaseExpired"},
+            {**_NO_LEASE, "last_error_class": "LeaseExpired", **self._latest_send(record)},
         )
         self._abandoned.discard((record.tenant, record.intent_key, record.version))
         if not abandoned:  # an abandoned one was logged when its answer could not be written
@@ -835,6 +835,16 @@ class Ledger:
                 record.intent_key, record.tenant, record.provider, record.operation, record.lease_owner,
             )  # fmt: skip
         return expired
+
+    def _latest_send(self, record: EffectRecord) -> dict[str, datetime]:
+        """For an in-flight record whose worker is gone (or could not write its outcome): its ``dispatched_at``
+        moved to the latest its last attempt may have started, since a retry that worker wrote nothing of may
+        have gone out until its lease ran out (or, abandoned here, until now). A lookup waits out the provider's
+        normal response window from then before it takes "absent" or "refused" for an answer."""
+        if record.dispatched_at is None or record.lease_expires_at is None:
+            return {}
+        latest = min(record.lease_expires_at, self.clock())
+        return {"dispatched_at": latest} if latest > record.dispatched_at else {}
 
     def _unclaim(self, record: EffectRecord, reason: str) -> EffectRecord:
         """A claim under which nothing was sent, back to ``prepared``: claimed and sent as usual later."""
@@ -887,6 +897,7 @@ class Ledger:
         assert record.provider_key is not None
         self._calls.sending(record.tenant, record.intent_key)
         self.crash_plan.hit(CrashPoint.BEFORE_DISPATCH)
+        retried: list[datetime] = []  # when each retry of this call went out: the latest is the record's last send
         try:
             # an adapter's own refusal proves nothing was sent only if nothing of this intent was sent before
             first = method == "provider_response" and record.attempt_count == 1
@@ -898,6 +909,7 @@ class Ledger:
                 policy=self.retry,
                 sleep=self._sleep,
                 lease_left=lambda: self._lease_left(record, contract),  # read only when a retry is weighed
+                before_retry=lambda: retried.append(self.clock()),
             )
         except Retryable as exhausted:
             # a deferred replay goes back to unknown: an earlier attempt may have acted
@@ -916,10 +928,11 @@ class Ledger:
             ) from exhausted.error
         except Settled as settled:
             verdict = settled.verdict
+            sent_at = retried[-1] if retried else None
             if verdict.outcome is Outcome.FINAL:
-                rejected = self._finish(record, S.REJECTED, verdict, method=method)
+                rejected = self._finish(record, S.REJECTED, verdict, method=method, sent_at=sent_at)
                 raise self._rejected(rejected, settled.error) from settled.error
-            unknown = self._finish(record, S.UNKNOWN, verdict)
+            unknown = self._finish(record, S.UNKNOWN, verdict, sent_at=sent_at)
             if (decided := settled_while_in_flight(self, unknown, contract)) is not None:
                 if decided.status is S.REJECTED:
                     raise self._rejected(decided, None) from settled.error
@@ -948,7 +961,7 @@ class Ledger:
             # recorded unknown now, so a restarted worker or the job's retry reconciles at once instead of
             # waiting out the lease
             kind = type(interrupted).__qualname__
-            self._last_write(record, S.UNKNOWN, f"interrupted: {kind}", kind)
+            self._last_write(record, S.UNKNOWN, f"interrupted: {kind}", kind, sent_at=retried[-1] if retried else None)
             raise
         self.crash_plan.hit(CrashPoint.AFTER_RESPONSE)
         try:
@@ -968,13 +981,19 @@ class Ledger:
             result_id=result_id,
             response_digest=digest,
             before_commit=self._receipt_crash_hook(),
+            sent_at=retried[-1] if retried else None,
         )
         return Receipt(record=confirmed, response=response)
 
-    def _last_write(self, record: EffectRecord, to: EffectStatus, reason: str, error_class: str) -> bool:
+    def _last_write(
+        self, record: EffectRecord, to: EffectStatus, reason: str, error_class: str, *, sent_at: datetime | None = None
+    ) -> bool:
         """Release ``record`` to ``to`` as a stopping call's last act: one write, no retries (the process may be
-        stopping); whether it was written. Unwritten, the lease expires as for a worker killed outright."""
-        changes = {**_NO_LEASE, "last_error_class": error_class, "last_error_code": "interrupted"}
+        stopping); whether it was written. Unwritten, the lease expires as for a worker killed outright.
+        ``sent_at``: when the call's latest retry went out, if it made one."""
+        changes: dict[str, Any] = {**_NO_LEASE, "last_error_class": error_class, "last_error_code": "interrupted"}
+        if sent_at is not None:
+            changes["dispatched_at"] = sent_at
         try:
             self._move(record, to, reason, changes)
         except Exception:  # a ledger that cannot take it now: see above
@@ -1009,10 +1028,14 @@ class Ledger:
         result_id: str | None = None,
         response_digest: str | None = None,
         before_commit: Callable[[], None] | None = None,
+        sent_at: datetime | None = None,
     ) -> EffectRecord:
-        """Record this worker's outcome; if its lease was taken over, keep the outcome as evidence instead."""
+        """Record this worker's outcome; if its lease was taken over, keep the outcome as evidence instead.
+        ``sent_at``: when the call's latest retry went out, if it made one (the record's ``dispatched_at``)."""
         now = self.clock()
         changes: dict[str, Any] = dict(_NO_LEASE)
+        if sent_at is not None:
+            changes["dispatched_at"] = sent_at
         if verdict is not None:
             changes |= {"last_error_class": verdict.error_class, "last_error_code": verdict.error_code}
             result_id = result_id or verdict.provider_result_id
@@ -1217,6 +1240,8 @@ class Ledger:
             why = f"operator {settled_by.operator} ({settled_by.reason or 'no reason given'})"
         elif settled_by is not None and settled_by.method.startswith("evidence:"):  # not the error it ended with
             why = f"{record.provider}, as its event {settled_by.evidence} says"
+        elif settled_by is not None and settled_by.method.startswith("lookup:"):  # nor the timeout before it
+            why = f"{record.provider}, as a lookup ({settled_by.method}) found: {settled_by.evidence or 'refused'}"
         else:
             why = f"{record.provider} ({record.last_error_class or 'rejected'}: {record.last_error_code or 'no code'})"
         return EffectRejected(

@@ -142,7 +142,7 @@ class Operator:
             provider_result_id = _optional(provider_result_id, "the provider's id (--provider-id)")
             evidence = _optional(evidence, "the evidence reference (--evidence)")
         record = self._current(intent_key, tenant, expect_version, to)
-        refuse_what_the_provider_holds(self.adapters, record, to, provider_result_id, now=self.ledger.clock())
+        self._check_with_provider(record, to, provider_result_id)
         why = self.thresholds.requires_approval(record.summary)
         if why is None:
             self._check_nothing_pending(record)
@@ -207,9 +207,7 @@ class Operator:
                 "closed as stale: look again and resolve anew if still needed"
             )
         # the provider may show now what it did not when it was asked (a search index catching up)
-        refuse_what_the_provider_holds(
-            self.adapters, record, approval.to_status, approval.provider_result_id, now=self.ledger.clock()
-        )
+        self._check_with_provider(record, approval.to_status, approval.provider_result_id)
         decided = approval.decided(ApprovalState.APPLIED, by=operator, reason=reason, at=self.ledger.clock())
         resolution = Resolution(
             method=OPERATOR_METHOD,
@@ -309,6 +307,17 @@ class Operator:
             return False
         confirmed_at = _confirmed_version(self.ledger.store.audit_trail(original.tenant, original.intent_key), original)
         return confirmed_at is not None and confirmed_at <= expect_version
+
+    def _check_with_provider(self, record: EffectRecord, to: EffectStatus, provider_result_id: str | None) -> None:
+        """:func:`refuse_what_the_provider_holds`, by this ledger's clock and allowed clock skew."""
+        refuse_what_the_provider_holds(
+            self.adapters,
+            record,
+            to,
+            provider_result_id,
+            now=self.ledger.clock(),
+            max_skew=self.ledger._clock_guard.max_skew,
+        )
 
     def _current(self, intent_key: IntentKey | str, tenant: str, expect_version: int, to: EffectStatus) -> EffectRecord:
         """The record, if it is still the unknown (or, to withdraw, prepared; to confirm, rejected) one at the

@@ -9,12 +9,13 @@ contradicts. ``--no-lookup`` (no adapters) leaves the decision to the operator's
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from ._adapter import LookupResult, LookupStatus, ProviderAdapter
 from ._errors import InvalidInput
 from ._records import EffectRecord
+from ._response_window import may_still_run
 from ._states import EffectStatus
 
 _SKIP = "--no-lookup skips this check"
@@ -27,11 +28,14 @@ def refuse_what_the_provider_holds(
     provider_result_id: str | None,
     *,
     now: datetime,
+    max_skew: timedelta | None,
 ) -> None:
     """:class:`InvalidInput` when a lookup at ``record``'s provider contradicts settling it as ``to``: a
-    rejection of an effect it finds, or while its index may not show it yet (within the lookup's lag of the
-    send); a confirmation of one it refused, or naming another object than it finds. Nothing happens without
-    an adapter for the provider, or for a prepared record (never sent: nothing to find)."""
+    rejection of an effect it finds, or while the request may still be running (its normal response window,
+    ``max_skew`` the ledger's allowed clock skew) or its index may not show it yet (within the lookup's lag of
+    the send); a confirmation of one it refused (once the request can no longer be running), or naming another
+    object than it finds. Nothing happens without an adapter for the provider, or for a prepared record (never
+    sent: nothing to find)."""
     if adapters is None or record.status is EffectStatus.PREPARED:
         return
     adapter = _adapter(adapters, record.provider)
@@ -44,10 +48,11 @@ def refuse_what_the_provider_holds(
             f"intent {record.intent_key!r}: the lookup at {record.provider} failed ({type(failed).__name__}: "
             f"{failed}); try again later, or pass --no-lookup to decide on your evidence alone"
         ) from failed
+    running = may_still_run(record, adapter.contract_for(record.operation), max_skew, now)
     if to is EffectStatus.REJECTED:
-        _refuse_rejecting(adapter, record, found, now)
+        _refuse_rejecting(adapter, record, found, now, running)
     elif to is EffectStatus.CONFIRMED:
-        _refuse_confirming(record, found, provider_result_id)
+        _refuse_confirming(record, found, provider_result_id, running)
 
 
 def _adapter(adapters: Mapping[str, ProviderAdapter[Any]], provider: str) -> ProviderAdapter[Any] | None:
@@ -60,13 +65,20 @@ def _adapter(adapters: Mapping[str, ProviderAdapter[Any]], provider: str) -> Pro
         ) from unbuilt
 
 
-def _refuse_rejecting(adapter: ProviderAdapter[Any], record: EffectRecord, found: LookupResult, now: datetime) -> None:
+def _refuse_rejecting(
+    adapter: ProviderAdapter[Any], record: EffectRecord, found: LookupResult, now: datetime, running: str | None
+) -> None:
     key, provider = record.intent_key, record.provider
     if found.status is LookupStatus.FOUND:
         raise InvalidInput(
             f"intent {key!r} cannot be resolved as rejected: a lookup at {provider} ({found.method}) found "
             f"{found.provider_result_id or 'it'}, so it acted; resolve it as confirmed with that id, or check at "
             f"the provider ({_SKIP})"
+        )
+    if running:
+        raise InvalidInput(
+            f"intent {key!r} cannot be resolved as rejected yet: {running}, and until then a lookup at {provider} "
+            f"({found.method}: {found.status.value}) shows the state before it; look again after that ({_SKIP})"
         )
     if found.status is not LookupStatus.INCONCLUSIVE:
         return
@@ -80,9 +92,11 @@ def _refuse_rejecting(adapter: ProviderAdapter[Any], record: EffectRecord, found
         )
 
 
-def _refuse_confirming(record: EffectRecord, found: LookupResult, provider_result_id: str | None) -> None:
+def _refuse_confirming(
+    record: EffectRecord, found: LookupResult, provider_result_id: str | None, running: str | None
+) -> None:
     key, provider = record.intent_key, record.provider
-    if found.status is LookupStatus.REFUSED:
+    if found.status is LookupStatus.REFUSED and not running:  # a refusal seen while it runs may be an earlier one
         raise InvalidInput(
             f"intent {key!r} cannot be resolved as confirmed: a lookup at {provider} ({found.method}) found it "
             f"refused{f' ({found.provider_result_id})' if found.provider_result_id else ''}, so nothing was done; "

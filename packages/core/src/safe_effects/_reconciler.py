@@ -259,7 +259,8 @@ class Reconciler:
             why = looked_up.detail.get("error", "no detail")
             return item("error", f"lookup:{LOOKUP_ERROR}", f"the lookup failed ({why}); stays unknown", after=after)
         if looked_up is not None and (held_back := looked_up.detail.get(HELD_BACK)):
-            return item("unknown", note=f"not yet: {held_back}; stays unknown for the next run", after=after)
+            note = f"not yet: {held_back}; stays unknown for the next run"
+            return item("unknown", f"lookup:{looked_up.method}", note, after=after)
         return item("unknown", note="inconclusive: stays unknown for the next run or an operator", after=after)
 
     def _pace(self, adapter: ProviderAdapter[Any], record: EffectRecord, deferred: set[str]) -> None:

@@ -8,7 +8,6 @@ comes here through the ledger's resume; an arriving event through :meth:`Ledger.
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._adapter import HELD_BACK, LOOKUP_ERROR, EffectRequest, LookupResult, LookupStatus, ProviderAdapter
@@ -16,6 +15,7 @@ from ._contract import ProviderContract
 from ._errors import EffectUnknown, LedgerUnavailable, StaleRecord
 from ._evidence_rules import DECISIVE, answers_latest, own_evidence, silent, written_since
 from ._records import EffectRecord, Evidence, EvidenceVerdict, Receipt, Resolution
+from ._response_window import may_still_run
 from ._states import EffectStatus as S
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ def settle_by_lookup(
         found = LookupResult(LookupStatus.INCONCLUSIVE, LOOKUP_ERROR, detail={"error": repr(exc)})
     contract = adapter.contract_for(record.operation)
     if found.status in (LookupStatus.REFUSED, LookupStatus.ABSENT) and (
-        running := may_still_run(ledger, record, contract)
+        running := may_still_run(record, contract, ledger._clock_guard.max_skew, ledger.clock())
     ):
         held = {**found.detail, "looked_up_as": found.status.value, HELD_BACK: running}
         found = LookupResult(LookupStatus.INCONCLUSIVE, found.method, evidence=found.evidence, detail=held)
@@ -142,24 +142,6 @@ def settle_by_lookup(
     ):
         return ledger._move(record, S.PREPARED, f"proven absent by lookup:{found.method}"), found
     return None, found
-
-
-def may_still_run(ledger: Ledger, record: EffectRecord, contract: ProviderContract) -> str | None:
-    """Why a lookup's "refused" or "absent" proves nothing yet, or None once it may.
-
-    A request sent less than the contract's normal response window ago (plus twice the allowed clock skew: the
-    sender's clock wrote ``dispatched_at``) may still be running at the provider: a lookup then sees the state
-    before it (a card's earlier decline, no object yet), and settling on that would reject or resend what is
-    about to happen. Found is not held back: what is found has happened.
-    """
-    if record.dispatched_at is None:
-        return None
-    skew = ledger._clock_guard.max_skew or timedelta(0)
-    settles_after = record.dispatched_at + contract.normal_response_window + 2 * skew
-    if ledger.clock() >= settles_after:
-        return None
-    sent = record.dispatched_at.isoformat()
-    return f"the last attempt, sent at {sent}, may still be running at the provider until {settles_after.isoformat()}"
 
 
 def reconcile_before_resend(ledger: Ledger, record: EffectRecord, contract: ProviderContract) -> str | None:

@@ -68,12 +68,14 @@ def send_with_retries(
     policy: RetryPolicy,
     sleep: Callable[[float], None],
     lease_left: Callable[[], float],
+    before_retry: Callable[[], None],
 ) -> R:
     """The adapter's response to ``request`` sent under ``provider_key``, every attempt with that same key.
 
     ``lease_left`` says how many seconds remain of the claim this send runs under: no retry starts after it
     lapses, since another worker may by then have taken the intent over (and, where a lookup proves absence,
-    sent it itself).
+    sent it itself). ``before_retry`` runs as each retry goes out: the executor keeps its time, since a lookup
+    must not take the provider's silence for an answer while the latest attempt may still be running.
     """
 
     def attempt() -> R:
@@ -85,11 +87,15 @@ def send_with_retries(
                 raise Retryable(verdict, error) from error
             raise Settled(verdict, error) from error
 
+    def retry() -> R:
+        before_retry()
+        return attempt()
+
     started = time.monotonic()
     try:
         return attempt()  # almost every call ends here: retry machinery is only built after a refusal
     except Retryable as refused:
-        return _retry(attempt, refused, started=started, policy=policy, sleep=sleep, lease_left=lease_left)
+        return _retry(retry, refused, started=started, policy=policy, sleep=sleep, lease_left=lease_left)
 
 
 def _retry(
