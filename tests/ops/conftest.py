@@ -6,6 +6,7 @@ import importlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -40,15 +41,24 @@ class Ops:
         return json.loads(result.stdout)
 
     def unknown(
-        self, key: str, *, happened: bool = True, amount: int | None = None, currency: str = "usd"
+        self,
+        key: str,
+        *,
+        happened: bool = True,
+        amount: int | None = None,
+        currency: str = "usd",
+        sent_ago: timedelta = timedelta(0),
     ) -> EffectRecord:
-        """An intent whose response was lost: the fake acted (``happened``) or never did."""
+        """An intent whose response was lost: the fake acted (``happened``) or never did; sent ``sent_ago``
+        before now (past the fake's normal response window and twice the allowed clock skew, a lookup's
+        "absent" or "refused" counts)."""
         self.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT if happened else FakeFailure.LOST_BEFORE_COMMIT)
         summary = {} if amount is None else {"amount": str(amount), "currency": currency}
         params = {"amount": amount or 100, "currency": currency, "key": key}
         request = EffectRequest(operation="charge", params=params, summary=summary)
+        sender = self.ledger if not sent_ago else Ledger(self.ledger.store, clock=lambda: datetime.now(UTC) - sent_ago)
         with pytest.raises(EffectUnknown):
-            self.ledger.execute(self.adapter, request, intent_key=key)
+            sender.execute(self.adapter, request, intent_key=key)
         return self.ledger.get(key)
 
     def confirmed(self, key: str) -> EffectRecord:

@@ -101,7 +101,7 @@ class Answering(GenericFakeAdapter):
 
 
 def test_a_confirmation_of_what_the_provider_refused_is_refused(ops: Ops) -> None:
-    record = ops.unknown(KEY, happened=False)
+    record = ops.unknown(KEY, happened=False, sent_ago=timedelta(minutes=2))  # past window and skew
     declined = LookupResult(LookupStatus.REFUSED, "search", provider_result_id="fx_declined")
     with pytest.raises(InvalidInput, match=r"cannot be resolved as confirmed: .* found it refused \(fx_declined\)"):
         Operator(ops.ledger, adapters={"fake": Answering(ops.fake, declined)}).resolve(
@@ -151,7 +151,8 @@ def test_a_resolution_whose_lookup_cannot_be_made_says_how_to_decide_without_it(
 
 
 def test_resolve_goes_on_when_no_lookup_finds_the_effect(ops: Ops) -> None:
-    record = ops.unknown(KEY, happened=False)  # lost before the fake acted: nothing to find
+    # lost before the fake acted, two minutes ago: nothing to find, and nothing still running (window + 2 x skew)
+    record = ops.unknown(KEY, happened=False, sent_ago=timedelta(minutes=2))
     result = resolve(ops, "--as", "rejected", "--adapters", "ops_fake_adapters:adapters", version=record.version)
     assert result.exit_code == 0, result.output
     assert ops.ledger.get(KEY).status == "rejected"

@@ -75,20 +75,18 @@ def _refuse_rejecting(
             f"{found.provider_result_id or 'it'}, so it acted; resolve it as confirmed with that id, or check at "
             f"the provider ({_SKIP})"
         )
-    if running:
-        raise InvalidInput(
-            f"intent {key!r} cannot be resolved as rejected yet: {running}, and until then a lookup at {provider} "
-            f"({found.method}: {found.status.value}) shows the state before it; look again after that ({_SKIP})"
-        )
-    if found.status is not LookupStatus.INCONCLUSIVE:
-        return
     lags = [m.lag for m in adapter.contract_for(record.operation).lookups if m.lag is not None]
     sent = record.dispatched_at or record.first_dispatched_at
-    if lags and sent is not None and now < sent + max(lags):
+    if found.status is LookupStatus.INCONCLUSIVE and lags and sent is not None and now < sent + max(lags):
         raise InvalidInput(
             f"intent {key!r} cannot be resolved as rejected yet: a lookup at {provider} ({found.method}) found "
             f"nothing, but it may lag up to {max(lags)} behind and the intent was sent at {sent}; look again "
             f"after {sent + max(lags)} ({_SKIP})"
+        )
+    if running:  # the shorter wait, named when the lag is not the longer one
+        raise InvalidInput(
+            f"intent {key!r} cannot be resolved as rejected yet: {running}, and until then a lookup at {provider} "
+            f"({found.method}: {found.status.value}) shows the state before it; look again after that ({_SKIP})"
         )
 
 
