@@ -72,5 +72,17 @@ def two_floors() -> dict[str, ProviderAdapter[Any]]:
     return {"fake": fake, "fake2": long}
 
 
+def proving_absence() -> dict[str, ProviderAdapter[Any]]:
+    """The fake with lookups whose "absent" the contract trusts (a lookup may reopen an intent)."""
+    adapter = make_adapter(os.environ[FAKE_ENV])
+    adapter.contract = adapter.contract.model_copy(
+        update={
+            "lookups": tuple(m.model_copy(update={"proves_absence": True}) for m in adapter.contract.lookups),
+            "redispatch_when_proven_absent": True,
+        }
+    )
+    return {"fake": adapter}
+
+
 def misconfigured() -> dict[str, ProviderAdapter[Any]]:
     return {"fake": Misconfigured(GenericFakeProvider(os.environ[FAKE_ENV]))}

@@ -202,6 +202,20 @@ def test_lookup_reports_without_changing(ops: Ops) -> None:
     assert (after.status, after.version) == (record.status, record.version)
 
 
+def test_lookup_says_when_an_absence_proves_nothing_yet(ops: Ops) -> None:
+    """Inside the provider's normal response window the ledger takes an "absent" for no answer: so does the
+    operator's lookup, saying until when; a send long past shows none."""
+    record = ops.unknown(KEY, happened=False)
+    fresh = ops.cli_json("lookup", KEY, "--adapters", "ops_fake_adapters:proving_absence")
+    assert (fresh["lookup_status"], fresh["record_version"]) == ("absent", record.version)
+    assert fresh["held_back"].startswith("the last attempt, sent at ")
+    other = "invoice:inv_2:collect:v1"
+    ops.unknown(other, happened=False, sent_ago=timedelta(minutes=2))
+    old = ops.cli_json("lookup", other, "--adapters", "ops_fake_adapters:proving_absence")
+    assert (old["lookup_status"], old["held_back"]) == ("absent", None)
+    assert ops.fake.effects() == []
+
+
 def test_errors_are_one_line_on_stderr_without_traceback(ops: Ops) -> None:
     ops.unknown(KEY)
     missing = ops.cli("show", "invoice:nope:collect:v1")
