@@ -898,6 +898,10 @@ class Ledger:
         self._calls.sending(record.tenant, record.intent_key)
         self.crash_plan.hit(CrashPoint.BEFORE_DISPATCH)
         retried: list[datetime] = []  # when each retry of this call went out: the latest is the record's last send
+
+        def last_retry() -> datetime | None:
+            return retried[-1] if retried else None
+
         try:
             # an adapter's own refusal proves nothing was sent only if nothing of this intent was sent before
             first = method == "provider_response" and record.attempt_count == 1
@@ -928,7 +932,7 @@ class Ledger:
             ) from exhausted.error
         except Settled as settled:
             verdict = settled.verdict
-            sent_at = retried[-1] if retried else None
+            sent_at = last_retry()
             if verdict.outcome is Outcome.FINAL:
                 rejected = self._finish(record, S.REJECTED, verdict, method=method, sent_at=sent_at)
                 raise self._rejected(rejected, settled.error) from settled.error
@@ -961,7 +965,7 @@ class Ledger:
             # recorded unknown now, so a restarted worker or the job's retry reconciles at once instead of
             # waiting out the lease
             kind = type(interrupted).__qualname__
-            self._last_write(record, S.UNKNOWN, f"interrupted: {kind}", kind, sent_at=retried[-1] if retried else None)
+            self._last_write(record, S.UNKNOWN, f"interrupted: {kind}", kind, sent_at=last_retry())
             raise
         self.crash_plan.hit(CrashPoint.AFTER_RESPONSE)
         try:
@@ -981,7 +985,7 @@ class Ledger:
             result_id=result_id,
             response_digest=digest,
             before_commit=self._receipt_crash_hook(),
-            sent_at=retried[-1] if retried else None,
+            sent_at=last_retry(),
         )
         return Receipt(record=confirmed, response=response)
 

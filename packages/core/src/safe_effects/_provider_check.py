@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ._adapter import LookupResult, LookupStatus, ProviderAdapter
+from ._contract import ProviderContract
 from ._errors import InvalidInput
 from ._records import EffectRecord
 from ._response_window import may_still_run
@@ -48,9 +49,10 @@ def refuse_what_the_provider_holds(
             f"intent {record.intent_key!r}: the lookup at {record.provider} failed ({type(failed).__name__}: "
             f"{failed}); try again later, or pass --no-lookup to decide on your evidence alone"
         ) from failed
-    running = may_still_run(record, adapter.contract_for(record.operation), max_skew, now)
+    contract = adapter.contract_for(record.operation)
+    running = may_still_run(record, contract, max_skew, now)
     if to is EffectStatus.REJECTED:
-        _refuse_rejecting(adapter, record, found, now, running)
+        _refuse_rejecting(contract, record, found, now, running)
     elif to is EffectStatus.CONFIRMED:
         _refuse_confirming(record, found, provider_result_id, running)
 
@@ -66,7 +68,7 @@ def _adapter(adapters: Mapping[str, ProviderAdapter[Any]], provider: str) -> Pro
 
 
 def _refuse_rejecting(
-    adapter: ProviderAdapter[Any], record: EffectRecord, found: LookupResult, now: datetime, running: str | None
+    contract: ProviderContract, record: EffectRecord, found: LookupResult, now: datetime, running: str | None
 ) -> None:
     key, provider = record.intent_key, record.provider
     if found.status is LookupStatus.FOUND:
@@ -75,7 +77,7 @@ def _refuse_rejecting(
             f"{found.provider_result_id or 'it'}, so it acted; resolve it as confirmed with that id, or check at "
             f"the provider ({_SKIP})"
         )
-    lags = [m.lag for m in adapter.contract_for(record.operation).lookups if m.lag is not None]
+    lags = [m.lag for m in contract.lookups if m.lag is not None]
     sent = record.dispatched_at or record.first_dispatched_at
     if found.status is LookupStatus.INCONCLUSIVE and lags and sent is not None and now < sent + max(lags):
         raise InvalidInput(

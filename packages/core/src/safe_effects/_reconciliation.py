@@ -15,7 +15,7 @@ from ._contract import ProviderContract
 from ._errors import EffectUnknown, LedgerUnavailable, StaleRecord
 from ._evidence_rules import DECISIVE, answers_latest, own_evidence, silent, written_since
 from ._records import EffectRecord, Evidence, EvidenceVerdict, Receipt, Resolution
-from ._response_window import may_still_run
+from ._response_window import held_back
 from ._states import EffectStatus as S
 
 if TYPE_CHECKING:
@@ -105,9 +105,7 @@ def settle_by_lookup(
     except Exception as exc:  # a failing lookup proves nothing
         found = LookupResult(LookupStatus.INCONCLUSIVE, LOOKUP_ERROR, detail={"error": repr(exc)})
     contract = adapter.contract_for(record.operation)
-    if found.status in (LookupStatus.REFUSED, LookupStatus.ABSENT) and (
-        running := may_still_run(record, contract, ledger._clock_guard.max_skew, ledger.clock())
-    ):
+    if running := held_back(found, record, contract, ledger._clock_guard.max_skew, ledger.clock()):
         held = {**found.detail, "looked_up_as": found.status.value, HELD_BACK: running}
         found = LookupResult(LookupStatus.INCONCLUSIVE, found.method, evidence=found.evidence, detail=held)
     resolution = Resolution(method=f"lookup:{found.method}", evidence=found.evidence)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from ._adapter import LookupResult, LookupStatus
 from ._contract import ProviderContract
 from ._records import EffectRecord
 
@@ -27,3 +28,13 @@ def may_still_run(
         return None
     started = sent.isoformat()
     return f"the last attempt, sent at {started}, may still be running at the provider until {until.isoformat()}"
+
+
+def held_back(
+    found: LookupResult, record: EffectRecord, contract: ProviderContract, max_skew: timedelta | None, now: datetime
+) -> str | None:
+    """Why ``found`` is no answer yet: an "absent" or "refused" while the last attempt may still run, else None.
+    What is found has happened, and an inconclusive lookup says nothing either way."""
+    if found.status not in (LookupStatus.ABSENT, LookupStatus.REFUSED):
+        return None
+    return may_still_run(record, contract, max_skew, now)

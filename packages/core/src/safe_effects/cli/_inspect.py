@@ -8,12 +8,11 @@ from typing import Annotated
 
 import typer
 
-from safe_effects._adapter import LookupStatus
 from safe_effects._approvals import Approval
 from safe_effects._errors import IntentNotFound
 from safe_effects._keys import IntentKey
 from safe_effects._records import AuditEntry, EffectRecord, Evidence
-from safe_effects._response_window import may_still_run
+from safe_effects._response_window import held_back
 from safe_effects._states import EffectStatus
 from safe_effects._store import Store
 from safe_effects._tenants import DEFAULT_TENANT, check_tenant
@@ -224,12 +223,8 @@ def lookup(
         record = ledger.get(key, tenant=tenant)
         adapter = adapter_for(adapters, record.provider)
         found = adapter.lookup(record)
-        # what the ledger would make of it: an "absent" or "refused" while the request may still run is no answer
-        held_back = (
-            may_still_run(record, adapter.contract_for(record.operation), ledger._clock_guard.max_skew, ledger.clock())
-            if found.status in (LookupStatus.ABSENT, LookupStatus.REFUSED)
-            else None
-        )
+        contract = adapter.contract_for(record.operation)
+        not_yet = held_back(found, record, contract, ledger._clock_guard.max_skew, ledger.clock())
     answer = {
         "intent_key": record.intent_key,
         "tenant": record.tenant,
@@ -241,7 +236,7 @@ def lookup(
         "provider_result_id": found.provider_result_id,
         "evidence": found.evidence,
         "detail": dict(found.detail),
-        "held_back": held_back,
+        "held_back": not_yet,
     }
     if as_json:
         print_json(answer)
