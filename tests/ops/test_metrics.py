@@ -256,6 +256,29 @@ def test_observer_counts_conflicts_reconciliations_and_compensations(ops: Ops) -
     assert abs(last - time.time()) < 60
 
 
+def test_a_lookup_held_back_by_the_response_window_is_counted_apart_from_one_that_cannot_tell(ops: Ops) -> None:
+    """An alert on lookups that settle nothing must not fire for a request the provider may still be running."""
+    registry = CollectorRegistry()
+    ledger = Ledger(ops.ledger.store, observer=PrometheusObserver(registry))
+    ops.unknown("invoice:fresh:collect:v1", happened=False)
+    ops.unknown("invoice:old:collect:v1", happened=False, sent_ago=timedelta(hours=1))
+    trusted = ops.adapter.contract.lookups[0].model_copy(update={"proves_absence": True})
+    ops.adapter.contract = ops.adapter.contract.model_copy(
+        update={"lookups": (trusted,), "redispatch_when_proven_absent": True}
+    )
+    report = Reconciler(ledger, {"fake": ops.adapter}).run_once()
+
+    def reconciled(outcome: str) -> float | None:
+        labels = {"tenant": "default", "provider": "fake", "method": "lookup:search", "outcome": outcome}
+        return registry.get_sample_value("safe_effects_reconciliations_total", labels)
+
+    assert (reconciled("held_back"), reconciled("inconclusive"), reconciled("prepared")) == (1, None, 1)
+    assert ops.fake.effects() == []
+    statuses = {k: ledger.get(f"invoice:{k}:collect:v1").status for k in ("fresh", "old")}
+    assert statuses == {"fresh": EffectStatus.UNKNOWN, "old": EffectStatus.PREPARED}
+    assert report.counts() == {"unknown": 1, "prepared": 1}
+
+
 def test_observer_counts_each_provider_call_by_the_outcome_it_recorded(ops: Ops) -> None:
     """The rate of confirmed, rejected and unknown calls comes from a counter, not from counting the history."""
     registry = CollectorRegistry()

@@ -128,17 +128,23 @@ def settle_by_lookup(
             provider_result_id=found.provider_result_id,
         )
         return refused, found
-    # found and refused are counted by settle(); the rest here, so one lookup is one event
-    ledger._observe("reconciliation", record, method=f"lookup:{found.method}", outcome=found.status.value)
     accepted = any(e.verdict is EvidenceVerdict.ACCEPTS for e in own_evidence(ledger.store, record))
-    if (
+    reopen = (
         found.status is LookupStatus.ABSENT
         and not accepted  # the provider said it took the request: a lookup's "absent" is lag, not proof
         and contract.may_reopen_when_absent(
             record.first_dispatched_at, ledger.clock(), last_error_code=record.last_error_code
         )
-    ):
-        return ledger._move(record, S.PREPARED, f"proven absent by lookup:{found.method}"), found
+    )
+    # found and refused are counted by settle(); the rest here, so one lookup is one event: a reopen by its new
+    # status once written, like a settlement, and a held-back answer apart, as waiting out the response window
+    # is not a lookup that cannot tell
+    method = f"lookup:{found.method}"
+    if reopen:
+        reopened = ledger._move(record, S.PREPARED, f"proven absent by {method}")
+        ledger._observe("reconciliation", record, method=method, outcome=S.PREPARED.value)
+        return reopened, found
+    ledger._observe("reconciliation", record, method=method, outcome=HELD_BACK if running else found.status.value)
     return None, found
 
 
