@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Coroutine
 from datetime import timedelta
+from typing import Any
 
 import pytest
 import stripe
@@ -31,6 +34,20 @@ KEY_WINDOW_PASSED = timedelta(hours=25)
 
 def create(env: Env, params: dict[str, object] = PI, key: str = KEY) -> stripe.PaymentIntent:
     return env.client.v1.payment_intents.create(params=params, options={"idempotency_key": key})  # type: ignore[arg-type]
+
+
+def read_then_close(env: Env, read: Coroutine[Any, Any, stripe.PaymentIntent]) -> stripe.PaymentIntent:
+    """An async read, its httpx pool closed with the event loop it belongs to, as any async SDK user must."""
+    transport = env.client._requestor._client
+    assert transport is not None
+
+    async def run() -> stripe.PaymentIntent:
+        try:
+            return await read
+        finally:
+            await transport.close_async()
+
+    return asyncio.run(run())
 
 
 def unsettled_past_the_key_window(env: Env, fault: Fault) -> None:
@@ -180,12 +197,27 @@ def test_objects_from_a_view_are_not_bound_to_its_intent(env: Env) -> None:
     view = env.client.for_intent(KEY)
     created = view.v1.payment_intents.create(params={**PI, "confirm": False})  # type: ignore[arg-type]
     read = view.v1.payment_intents.retrieve(created.id)
-    for obj in (created, read):
+    read_async = read_then_close(env, view.v1.payment_intents.retrieve_async(created.id))
+    for obj in (created, read, read_async):
         with pytest.raises(MissingIntentKey):  # a later write on the object names its own intent, as anywhere else
             obj.cancel()
     assert env.posts() == 1
     assert env.fake.payment_intents[0]["status"] != "canceled"
     assert env.record().status is EffectStatus.CONFIRMED
+
+
+def test_an_object_read_async_through_a_compensating_view_does_not_compensate_with_its_own_writes(env: Env) -> None:
+    """Read async through ``compensating(A)``, another PaymentIntent B kept the view's link: B's cancel was
+    recorded as A's compensation and A marked compensated, its money never refunded."""
+    paid = create(env)
+    held = create(env, {**PI, "capture_method": "manual"}, key="invoice:inv_43:collect:v1")
+    other = read_then_close(env, env.client.compensating(KEY).v1.payment_intents.retrieve_async(held.id))
+    other.cancel(idempotency_key="invoice:inv_43:release:v1")
+
+    assert env.record("invoice:inv_43:release:v1").compensates is None
+    assert env.record().status is EffectStatus.CONFIRMED
+    assert env.fake.effect_count("payment_intents.cancel") == 1
+    assert [p["status"] for p in env.fake.payment_intents if p["id"] == paid.id] == ["succeeded"]
 
 
 def test_invalid_key_explains_how_to_build_one(env: Env) -> None:

@@ -379,6 +379,10 @@ class _LedgerRequestor(_APIRequestor):
         synchronous. A cancelled await returns at once and leaves the call to finish in its thread, where its
         outcome is recorded, so a claim is never left half-done by a timeout."""
         if not writes(method, url):
+            if self.transport is not self:  # as in request: a view's reads return objects not bound to the view
+                return await self.transport.request_async(
+                    method, url, params, options, base_address=base_address, usage=usage
+                )
             return await super().request_async(method, url, params, options, base_address=base_address, usage=usage)
         guarded = functools.partial(self.request, method, url, params, options, base_address=base_address, usage=usage)
         answer: stripe.StripeObject = await anyio.to_thread.run_sync(guarded, abandon_on_cancel=True)
