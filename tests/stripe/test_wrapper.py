@@ -160,6 +160,26 @@ def test_the_same_intent_key_with_another_accounts_per_call_api_key_is_a_conflic
     assert "sk_test_acme" not in repr(env.ledger.store.audit_trail("default", KEY)) + repr(env.record())
 
 
+def test_a_per_call_api_key_an_object_carries_is_in_the_digest_like_one_given_per_call(env: Env) -> None:
+    """The SDK keeps a call's ``api_key`` in the objects it returns: a write on one went out under that key
+    with no fingerprint, so the client's own account calling the same intent was answered from the ledger as
+    done (its coupon "deleted") while only the other account's was."""
+    key = "coupon:summer:retire:v1"
+    plain = env.client.without_ledger(reason="test set-up")
+    plain.v1.coupons.create(params={"id": "summer", "percent_off": 10, "duration": "forever"})
+    theirs = env.client.v1.coupons.retrieve("summer", options={"api_key": "sk_test_acme"})
+    theirs.delete(idempotency_key=key)
+    with pytest.raises(IntentConflict, match="reached the provider"):
+        env.client.v1.coupons.delete("summer", options={"idempotency_key": key})
+    deletes = env.fake.requests("DELETE", "/v1/coupons/summer")
+    assert [d.header("authorization") for d in deletes] == ["Bearer sk_test_acme"]
+    assert env.record(key).status is EffectStatus.CONFIRMED
+    assert env.client.v1.coupons.delete(  # the same account's repeat, per call, is the same intent
+        "summer", options={"idempotency_key": key, "api_key": "sk_test_acme"}
+    ).deleted
+    assert len(env.fake.requests("DELETE")) == 1
+
+
 def test_missing_key_raises_before_anything_is_sent(env: Env) -> None:
     with pytest.raises(MissingIntentKey, match="idempotency_key"):
         env.client.v1.payment_intents.create(params=PI)  # type: ignore[arg-type]

@@ -164,11 +164,14 @@ def _refuse_write(method: str, url: str, via: str) -> None:
         )
 
 
-def _key_fingerprint(options: RequestOptions | None) -> dict[str, str]:
+def _key_fingerprint(options: RequestOptions | None, carried: str | None, client_key: str | None) -> dict[str, str]:
     """A per-call ``api_key``'s SHA-256 prefix for the digest: the same intent key sent with another account's
     key is another action (an IntentConflict), not a repeat of the first account's (answered from the ledger,
-    so the second account would never be charged). Empty without one, so other calls digest as before."""
-    api_key = (options or {}).get("api_key")
+    so the second account would never be charged). Empty without one, so other calls digest as before.
+
+    A key the requestor ``carried`` other than the client's own is per call too: the SDK keeps a call's
+    ``api_key`` in the objects it returns, and their writes go out under it."""
+    api_key = (options or {}).get("api_key") or (carried if carried != client_key else None)
     return {"api_key_sha256": hashlib.sha256(api_key.encode()).hexdigest()[:16]} if api_key else {}
 
 
@@ -210,11 +213,18 @@ class _LedgerRequestor(_APIRequestor):
         tenant: str,
         compensates: IntentKey | None = None,
         intent: IntentKey | None = None,
+        client_key: str | None = None,
     ) -> None:
         super().__init__(options=options, client=client)
         self.ledger, self.tenant, self.compensates, self.intent = ledger, tenant, compensates, intent
+        # the StripeClient's own key, which the digest leaves out: another one this requestor carries is per call
+        self.client_key = options.api_key if client_key is None else client_key
         viewed = compensates is not None or intent is not None
-        self.transport = _LedgerRequestor(options, client, ledger=ledger, tenant=tenant) if viewed else self
+        self.transport = (
+            _LedgerRequestor(options, client, ledger=ledger, tenant=tenant, client_key=self.client_key)
+            if viewed
+            else self
+        )
         self.adapter = StripeAdapter(self.transport)
 
     def _new_requestor_with_options(self, options: RequestOptions | None) -> _LedgerRequestor:
@@ -234,6 +244,7 @@ class _LedgerRequestor(_APIRequestor):
             tenant=self.tenant,
             compensates=self.compensates,
             intent=self.intent,
+            client_key=self.client_key,
         )
 
     def _sibling(
@@ -248,6 +259,7 @@ class _LedgerRequestor(_APIRequestor):
             tenant=self.tenant,
             compensates=compensates,
             intent=intent,
+            client_key=self.client_key,
         )
 
     def _intent_for(self, options: RequestOptions | None) -> IntentKey:
@@ -288,7 +300,12 @@ class _LedgerRequestor(_APIRequestor):
             operation=operation,
             # the digest covers the caller's call and its account, not our metadata; a per-call api_key (another
             # account's, the SDK's way to serve many) by a fingerprint, never the secret itself
-            params={"path": path, "params": as_sent(caller), **scope, **_key_fingerprint(options)},
+            params={
+                "path": path,
+                "params": as_sent(caller),
+                **scope,
+                **_key_fingerprint(options, self._options.api_key, self.client_key),
+            },
             payload=StripeCall(method, url, stamped, options or {}, base_address, usage),
             summary=summary_for(path, caller, method, scope),
         )
