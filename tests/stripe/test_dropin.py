@@ -13,7 +13,9 @@ from datetime import timedelta
 import pytest
 import requests
 import stripe
+from requests.adapters import HTTPAdapter
 from stripe.oauth_error import InvalidGrantError
+from urllib3.util.retry import Retry
 
 from safe_effects import EffectRejected, EffectStatus, EffectUnknown, InvalidInput, UnguardedCall
 from safe_effects.testing import Fault
@@ -157,6 +159,33 @@ def test_a_session_header_that_would_replace_the_key_or_the_account_is_refused_w
             http_client=stripe.RequestsClient(session=session, timeout=SHORT_TIMEOUT),
         )
     assert env.fake.requests() == []
+
+
+def test_a_session_whose_adapter_would_resend_a_write_is_refused_when_the_client_is_made(env: Env) -> None:
+    """A shared session with urllib3 retries mounted (a common set-up) sent a lost DELETE again behind the
+    ledger: the resend's 400 made a cancelled subscription (final invoice charged) look rejected."""
+    resending = requests.Session()
+    resending.mount("http://", HTTPAdapter(max_retries=Retry(total=3)))
+    with pytest.raises(InvalidInput, match=r"session's adapter for 'http://' retries .*HTTPAdapter\(max_retries=0\)"):
+        StripeClient(
+            API_KEY,
+            ledger=env.ledger,
+            base_addresses={"api": env.fake.url},
+            http_client=stripe.RequestsClient(session=resending, timeout=SHORT_TIMEOUT),
+        )
+    connecting = requests.Session()  # a connect error is retried before anything is sent: that is allowed
+    connecting.mount("http://", HTTPAdapter(max_retries=Retry(total=3, read=0, status=0, other=0)))
+    client = StripeClient(
+        API_KEY,
+        ledger=env.ledger,
+        base_addresses={"api": env.fake.url},
+        http_client=stripe.RequestsClient(session=connecting, timeout=SHORT_TIMEOUT),
+    )
+    env.fake.inject(Fault.drop_after_commit())
+    with pytest.raises(EffectUnknown):
+        client.v1.payment_intents.create(params=PI, options={"idempotency_key": KEY})
+    assert (env.posts(), env.fake.effect_count("payment_intents.create")) == (1, 1)
+    assert env.record().status is EffectStatus.UNKNOWN
 
 
 @pytest.mark.parametrize("given", ["None", "a store URL", "the store"])

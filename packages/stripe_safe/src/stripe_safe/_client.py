@@ -29,6 +29,7 @@ from stripe._stripe_response import StripeStreamResponse, StripeStreamResponseAs
 from stripe._util import _convert_to_stripe_object
 from stripe._v1_services import V1Services
 from stripe._v2_services import V2Services
+from urllib3.util.retry import Retry
 
 from safe_effects import (
     DEFAULT_TENANT,
@@ -125,6 +126,24 @@ def _refuse_header(header: str | None, where: str) -> None:
             f"{where} sets {header!r}, which a safe StripeClient write takes from request options only: "
             f"use {RESERVED_HEADERS[header.strip().lower()]} instead"
         )
+
+
+def _refuse_resending_adapters(session: object) -> None:
+    """requests' ``HTTPAdapter`` retries through urllib3: mounted with retries of read errors, statuses or other
+    errors, a write whose answer was lost would be sent again behind the ledger (the SDK's own retries are
+    off for every write). A connect error is retried before anything is sent, so that alone is allowed."""
+    adapters: Mapping[str, object] = getattr(session, "adapters", None) or {}
+    for prefix, adapter in adapters.items():
+        retry = getattr(adapter, "max_retries", None)
+        if not isinstance(retry, Retry) or retry.total in (0, False):
+            continue
+        if any(count not in (0, False) for count in (retry.read, retry.status, retry.other)):
+            raise InvalidInput(
+                f"the http_client's session's adapter for {prefix!r} retries ({retry!r}): it would send a write "
+                "whose answer was lost a second time, behind the ledger. Mount requests.adapters."
+                "HTTPAdapter(max_retries=0) for Stripe (the wrapper retries what is safe to retry itself), or "
+                "limit the Retry to connect errors (read=0, status=0, other=0)"
+            )
 
 
 def _intent_key(options: RequestOptions | None) -> IntentKey:
@@ -502,6 +521,7 @@ class StripeClient(stripe.StripeClient):
         else:  # requests sends a session's headers with every call, over the SDK's own
             session = getattr(http_client, "_session", None)
             _refuse_header(reserved_header(getattr(session, "headers", None) or ()), "the http_client's session")
+            _refuse_resending_adapters(session)
         super().__init__(
             api_key,
             stripe_account=stripe_account,
