@@ -145,6 +145,16 @@ def test_other_headers_pass_through_under_the_ledgers_key(env: Env, headers: obj
     assert (record.status, record.provider_result_id) == (EffectStatus.CONFIRMED, created.id)
 
 
+def client_over(env: Env, session: requests.Session) -> StripeClient:
+    """A wrapped client whose transport is the caller's own requests session."""
+    return StripeClient(
+        API_KEY,
+        ledger=env.ledger,
+        base_addresses={"api": env.fake.url},
+        http_client=stripe.RequestsClient(session=session, timeout=SHORT_TIMEOUT),
+    )
+
+
 def test_a_session_header_that_would_replace_the_key_or_the_account_is_refused_when_the_client_is_made(
     env: Env,
 ) -> None:
@@ -152,12 +162,7 @@ def test_a_session_header_that_would_replace_the_key_or_the_account_is_refused_w
     session = requests.Session()
     session.headers["Stripe-Account"] = "acct_X"
     with pytest.raises(InvalidInput, match=r"session sets 'Stripe-Account'.*stripe_account"):
-        StripeClient(
-            API_KEY,
-            ledger=env.ledger,
-            base_addresses={"api": env.fake.url},
-            http_client=stripe.RequestsClient(session=session, timeout=SHORT_TIMEOUT),
-        )
+        client_over(env, session)
     assert env.fake.requests() == []
 
 
@@ -167,20 +172,10 @@ def test_a_session_whose_adapter_would_resend_a_write_is_refused_when_the_client
     resending = requests.Session()
     resending.mount("http://", HTTPAdapter(max_retries=Retry(total=3)))
     with pytest.raises(InvalidInput, match=r"session's adapter for 'http://' retries .*HTTPAdapter\(max_retries=0\)"):
-        StripeClient(
-            API_KEY,
-            ledger=env.ledger,
-            base_addresses={"api": env.fake.url},
-            http_client=stripe.RequestsClient(session=resending, timeout=SHORT_TIMEOUT),
-        )
+        client_over(env, resending)
     connecting = requests.Session()  # a connect error is retried before anything is sent: that is allowed
     connecting.mount("http://", HTTPAdapter(max_retries=Retry(total=3, read=0, status=0, other=0)))
-    client = StripeClient(
-        API_KEY,
-        ledger=env.ledger,
-        base_addresses={"api": env.fake.url},
-        http_client=stripe.RequestsClient(session=connecting, timeout=SHORT_TIMEOUT),
-    )
+    client = client_over(env, connecting)
     env.fake.inject(Fault.drop_after_commit())
     with pytest.raises(EffectUnknown):
         client.v1.payment_intents.create(params=PI, options={"idempotency_key": KEY})
