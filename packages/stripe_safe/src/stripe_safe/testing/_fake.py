@@ -4,8 +4,9 @@ Rules and state live here and in ``_objects``; the wire, the request log and fau
 :class:`safe_effects.testing.FakeHTTPServer`. Idempotency follows docs.stripe.com/api/idempotent_requests:
 a saved result is replayed with ``Idempotent-Replayed: true``; other params → 400 ``idempotency_error``;
 a key still executing → 409 ``idempotency_key_in_use``; validation failures and 409s are not saved; keys
-are forgotten ``key_retention`` after first use on the injectable clock. Keys are scoped, as on Stripe, by the
-API key and the account the request acts on (``Stripe-Account``, else ``Stripe-Context``), and so are objects.
+are forgotten ``key_retention`` after first use on the injectable clock. Keys are scoped by the API key and the
+account the request acts on (``Stripe-Account``, else ``Stripe-Context``); objects by the account alone, as
+if every API key were one platform account's.
 A DELETE ignores its Idempotency-Key ("it has no effect", docs.stripe.com/api/idempotent_requests): every
 DELETE runs. Creates and updates log an event (``_events``), listed by ``GET /v1/events``.
 """
