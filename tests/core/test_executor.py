@@ -185,6 +185,29 @@ def test_same_key_other_params_is_refused_before_sending(env: Env, caplog: pytes
     assert len(env.fake.requests()) == 1
 
 
+def test_a_conflict_names_what_the_record_shows_differs_by_name_never_by_value(env: Env) -> None:
+    """A Connect call that changed only its account got the generic "other parameters" message, the account
+    never named, though the record's summary had it: the caller had to guess what differed."""
+
+    def charge(account: str, amount: int = 2000) -> EffectRequest:
+        return EffectRequest(operation="charge", params={"amount": amount, "on": account}, summary={"on": account})
+
+    env.ledger.execute(env.adapter, charge("acct_A"), intent_key=KEY)
+    before = env.record()
+    with pytest.raises(
+        IntentConflict, match=r"or operation \(of what the record shows, this call differs in: on\)"
+    ) as other:
+        env.ledger.execute(env.adapter, charge("acct_B"), intent_key=KEY)
+    assert "acct_" not in str(other.value)  # a value can be personal (an email address): named, never quoted
+    with pytest.raises(IntentConflict) as refund:
+        env.ledger.execute(env.adapter, EffectRequest(operation="refund", params={}), intent_key=KEY)
+    assert refund.value.differs_in == ("operation", "on")
+    with pytest.raises(IntentConflict, match=r"\(nothing the record shows differs: parameters it does not keep do\)"):
+        env.ledger.execute(env.adapter, charge("acct_A", amount=1), intent_key=KEY)
+    assert env.record() == before
+    assert len(env.fake.effects()) == 1
+
+
 def test_a_conflict_warns_that_a_new_key_may_repeat_an_action_that_went_out(env: Env) -> None:
     """A retry whose request was built anew (a MIME message's fresh boundary) digests differently: following
     the new-key advice for an intent that may have acted would make it twice, so the message says so."""

@@ -44,7 +44,7 @@ def claim_compensation(ledger: Ledger, fresh: EffectRecord, adapter: ProviderAda
     if existing is not None:
         if existing.compensates != fresh.compensates:
             raise _not_this_compensation(existing, fresh.compensates)
-        ledger._check_digest(existing, fresh.request_digest)
+        ledger._check_digest(existing, fresh)
         if existing.status is S.REJECTED:
             raise ledger._rejected(existing, None)  # its answer, as any rerun of a rejected intent gets it
     original = _name(ledger, fresh.tenant, fresh.compensates, fresh.intent_key, adapter)

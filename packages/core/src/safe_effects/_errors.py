@@ -134,12 +134,15 @@ class IntentConflict(SafeEffectsError):
         new_digest: str,
         *,
         recorded_as: str | None = None,
+        differs_in: Sequence[str] | None = None,
         next_key: str | None = None,
         reached_provider: str | None = None,
         record: EffectRecord | None = None,
     ) -> None:
         """``recorded_as`` says what the key holds (``stripe payment_intents.create, confirmed``): a conflict is
         as often another operation under a reused key as other parameters. ``next_key`` is the one to suggest.
+        ``differs_in`` names what the record shows that differs from this call (``operation``, summary fields
+        such as ``stripe_account``); empty when only parameters the record does not keep differ.
         ``reached_provider`` ("reached", "may have reached") says the recorded request went out: then this call
         is as likely a retry whose request was built anew (a deploy that changed how it is built, a fresh MIME
         boundary, a timestamp), and a new key would make the action twice, so that comes first and no key is
@@ -153,6 +156,7 @@ class IntentConflict(SafeEffectsError):
         self.recorded_digest = recorded_digest
         self.new_digest = new_digest
         self.record = record
+        self.differs_in = tuple(differs_in or ())
         holds = f" for {recorded_as}" if recorded_as else ""
         if reached_provider is None:
             suggested = repr(next_key) if next_key else "the next version of this key"
@@ -165,9 +169,15 @@ class IntentConflict(SafeEffectsError):
                 "first call did, or treat the action as done (or, while it is unknown, in doubt). Only another "
                 "action takes a new key"
             )
+        if differs_in is None:
+            where = ""
+        elif differs_in:
+            where = f" (of what the record shows, this call differs in: {', '.join(differs_in)})"
+        else:
+            where = " (nothing the record shows differs: parameters it does not keep do)"
         super().__init__(
             f"intent {intent_key!r} (tenant {tenant!r}) was recorded{holds} with another request digest than "
-            f"this call's: same key, other parameters or operation. {advice}"
+            f"this call's: same key, other parameters or operation{where}. {advice}"
         )
 
 

@@ -352,7 +352,7 @@ class Ledger:
                 raise
         if created:
             return self._dispatch(adapter, request, record, contract)
-        return self._resume(adapter, request, record, fresh.request_digest, contract)
+        return self._resume(adapter, request, record, fresh, contract)
 
     @counted
     def prepare(
@@ -383,7 +383,7 @@ class Ledger:
         refuse_while_earlier_in_doubt(self.store, fresh)
         record, created = self.store.insert_if_absent(fresh, connection=connection)
         if not created:
-            self._check_digest(record, fresh.request_digest)
+            self._check_digest(record, fresh)
         return record
 
     @counted
@@ -712,11 +712,12 @@ class Ledger:
         adapter: ProviderAdapter[R],
         request: EffectRequest,
         record: EffectRecord,
-        digest: str,
+        fresh: EffectRecord,
         contract: ProviderContract,
     ) -> Receipt[R]:
-        """Answer a call whose intent is already recorded, without ever dispatching twice."""
-        self._check_digest(record, digest)
+        """Answer a call (``fresh``, as it would be recorded) whose intent is already recorded, without ever
+        dispatching twice."""
+        self._check_digest(record, fresh)
         self._unsent.prune(record, self.worker_id)
         deadline = time.monotonic() + self.lease.wait_for_other.total_seconds()
         contended = False  # observed once per call
@@ -1213,8 +1214,9 @@ class Ledger:
             raise UnknownTenant(f"tenant {tenant!r} is not served by this ledger")
         return tenant
 
-    def _check_digest(self, record: EffectRecord, digest: str) -> None:
-        if record.request_digest != digest:
+    def _check_digest(self, record: EffectRecord, fresh: EffectRecord) -> None:
+        """Refuse ``fresh``, a call of ``record``'s intent, unless it is the recorded request."""
+        if record.request_digest != fresh.request_digest:
             self._observe("intent_conflict", record)
             recorded_as = f"{record.provider} {record.operation}, {record.status}"
             next_key = None
@@ -1224,8 +1226,9 @@ class Ledger:
                 record.tenant,
                 record.intent_key,
                 record.request_digest,
-                digest,
+                fresh.request_digest,
                 recorded_as=recorded_as,
+                differs_in=record.differences_from(fresh),
                 next_key=next_key,
                 reached_provider=_REACHED_PROVIDER.get(record.status),
                 record=record,

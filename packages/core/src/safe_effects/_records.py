@@ -71,6 +71,13 @@ class EffectRecord(_Frozen, frozen=True):
     def lease_expired(self, now: datetime) -> bool:
         return self.lease_expires_at is None or self.lease_expires_at <= now
 
+    def differences_from(self, other: EffectRecord) -> list[str]:
+        """What a record shows that differs from ``other``'s: provider, operation, summary fields, by name only
+        (a summary value can be personal, and an :class:`IntentConflict` that names them reaches logs)."""
+        named = [name for name in ("provider", "operation") if getattr(self, name) != getattr(other, name)]
+        fields = sorted(self.summary.keys() | other.summary.keys())
+        return named + [name for name in fields if self.summary.get(name) != other.summary.get(name)]
+
 
 class AuditEntry(_Frozen, frozen=True):
     """One append-only line per transition: who moved which intent from what to what, and why."""
