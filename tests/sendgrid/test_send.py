@@ -11,6 +11,7 @@ from unittest import mock
 import pytest
 import python_http_client
 import sendgrid
+from sendgrid.helpers.mail import Mail, MailSettings, SandBoxMode
 
 from safe_effects import (
     EffectRecord,
@@ -331,3 +332,16 @@ def test_per_call_headers_on_the_raw_client_do_not_leak_into_guarded_sends(
     assert sent.header("x-leak") is None
     assert sent.header("content-type") == "application/json"
     assert fake.effect_count() == 1
+
+
+def test_a_send_in_sandbox_mode_is_confirmed_on_sendgrids_200_and_delivers_nothing(
+    sg: SendGridAPIClient, fake: FakeSendGrid, ledger: Ledger, key: str, mail: Callable[..., Mail]
+) -> None:
+    """Sandbox mode is answered 200 without an X-Message-Id: SendGrid's own answer, not a stranger's."""
+    message = mail()
+    message.mail_settings = MailSettings(sandbox_mode=SandBoxMode(True))
+    response = sg.send(message, intent_key=key)
+    assert (response.status_code, response.from_ledger) == (200, False)
+    recorded = ledger.get(key)
+    assert (recorded.status, recorded.provider_result_id) == (EffectStatus.CONFIRMED, None)
+    assert (len(fake.sends()), fake.effect_count(), fake.messages) == (1, 0, [])

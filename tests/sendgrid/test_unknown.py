@@ -189,3 +189,32 @@ def test_a_drop_for_one_of_several_recipients_decides_nothing(
     ingest_events(ledger, body, headers, public_key=fake.signer.public_key)
     assert ledger.get(key).status is S.CONFIRMED
     assert fake.effect_count() == 1
+
+
+@pytest.mark.parametrize("answered", ["by another host", "after SendGrid took it"])
+def test_a_success_status_without_sendgrids_202_and_message_id_is_unknown_not_confirmed(
+    sg: SendGridAPIClient, fake: FakeSendGrid, ledger: Ledger, key: str, mail: Any, answered: str
+) -> None:
+    """A wrong host, a proxy or a captive portal (a 302 urllib follows as a GET) answered 200 without an
+    X-Message-Id: the intent was confirmed with no message id, the email never sent and never to be sent."""
+    page = "<html>please log in</html>"
+    fault = Fault.status_code(200, body=page) if answered == "by another host" else Fault.status_after_commit(200)
+    fake.inject(fault)
+    with pytest.raises(EffectUnknown) as lost:
+        sg.send(mail(), intent_key=key)
+    assert "answered HTTP 200 without an X-Message-Id" in str(lost.value.__cause__)
+    recorded = ledger.get(key)
+    assert (recorded.status, recorded.last_error_code, recorded.provider_result_id) == (
+        S.UNKNOWN,
+        "unexpected_answer",
+        None,
+    )
+    if answered == "by another host":
+        assert (len(fake.sends()), fake.effect_count()) == (1, 0)
+        with pytest.raises(EffectUnknown):  # never resent: the host may have been SendGrid's
+            sg.send(mail(), intent_key=key)
+        assert (len(fake.sends()), fake.effect_count()) == (1, 0)
+    else:  # the retry's lookup finds the message SendGrid took: confirmed, never sent again
+        assert sg.send(mail(), intent_key=key).from_ledger
+        assert (len(fake.sends()), fake.effect_count()) == (1, 1)
+        assert ledger.get(key).provider_result_id == fake.messages[0].message_id

@@ -60,7 +60,9 @@ class SendGridAdapter:
     def dispatch(self, request: EffectRequest, provider_key: str) -> Any:
         body = request.payload if request.payload is not None else request.params
         stamped = _rules.stamp(body, provider_key)  # pure: its InvalidInput comes before any network I/O
-        return _client.post_mail_send(self.sdk, stamped, self.timeout)
+        response = _client.post_mail_send(self.sdk, stamped, self.timeout)
+        _rules.check_accepted(getattr(response, "status_code", None), _client.x_message_id(response), stamped)
+        return response
 
     def classify(self, error: BaseException) -> Verdict:
         return _rules.classify(error)

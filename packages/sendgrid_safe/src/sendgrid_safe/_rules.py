@@ -96,6 +96,34 @@ CONTRACT = ProviderContract(
 _AFTER_SEND = (TimeoutError, ConnectionResetError, http.client.HTTPException)
 
 
+class UnexpectedAnswer(Exception):
+    """A success status that is not Mail Send's: SendGrid answers 202 with an X-Message-Id (200, without one,
+    only in sandbox mode). Another answer came from something else at the configured host (a wrong host, a
+    proxy, a captive portal whose redirect urllib followed as a GET), and the message may or may not be with
+    SendGrid: unknown, never confirmed with no id to find it by."""
+
+
+def check_accepted(status: object, message_id: str | None, body: Mapping[str, Any]) -> None:
+    """Raise :class:`UnexpectedAnswer` unless ``status`` and ``message_id`` are Mail Send's answer to ``body``."""
+    if status == 202 and message_id is not None:
+        return
+    if status == 200 and sandboxed(body):
+        return
+    has = "with" if message_id is not None else "without"
+    raise UnexpectedAnswer(
+        f"the Mail Send host answered HTTP {status} {has} an X-Message-Id, where SendGrid answers 202 with one "
+        "(200 only in sandbox mode): something else may have answered (a wrong host, a proxy, a captive portal), "
+        "and SendGrid may or may not have the message"
+    )
+
+
+def sandboxed(body: Mapping[str, Any]) -> bool:
+    """Whether ``body`` asks for sandbox mode: SendGrid validates it and sends nothing."""
+    settings = body.get("mail_settings")
+    sandbox = settings.get("sandbox_mode") if isinstance(settings, Mapping) else None
+    return isinstance(sandbox, Mapping) and sandbox.get("enable") is True
+
+
 def classify(error: BaseException) -> Verdict:
     """Definitive only where the request provably did not take effect; everything else is unknown."""
     if isinstance(error, phc.HTTPError):
@@ -110,6 +138,8 @@ def classify(error: BaseException) -> Verdict:
         return Verdict.of(error, Outcome.RETRYABLE, "connection_refused")
     if isinstance(error, _AFTER_SEND):
         return Verdict.of(error, Outcome.UNKNOWN, "after_send")
+    if isinstance(error, UnexpectedAnswer):
+        return Verdict.of(error, Outcome.UNKNOWN, "unexpected_answer")
     return Verdict.of(error, Outcome.UNKNOWN, "unrecognised")
 
 

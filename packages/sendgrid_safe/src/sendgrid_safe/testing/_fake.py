@@ -1,8 +1,10 @@
 """A fake SendGrid on 127.0.0.1 that the real SDK talks to: Mail Send, Email Activity search, webhook events
 and the Event Webhook settings that say where those go.
 
-Activity search understands clauses joined by `` AND ``: ``unique_args['NAME']="VALUE"``, ``msg_id="ID"``
-and ``msg_id LIKE 'PREFIX%'``; anything else is a 400. Faults come from the base server's ``inject``.
+Mail Send in sandbox mode (``mail_settings.sandbox_mode.enable``) validates and answers 200, as SendGrid
+does, and keeps nothing. Activity search understands clauses joined by `` AND ``:
+``unique_args['NAME']="VALUE"``, ``msg_id="ID"`` and ``msg_id LIKE 'PREFIX%'``; anything else is a 400.
+Faults come from the base server's ``inject``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from safe_effects.testing import FakeHTTPServer, FakeRequest, FakeResponse, Fault
-from sendgrid_safe._rules import MAX_PERSONALIZATIONS
+from sendgrid_safe._rules import MAX_PERSONALIZATIONS, sandboxed
 from sendgrid_safe._webhook_settings import DECIDING_EVENTS
 
 from ._signing import WebhookSigner
@@ -224,6 +226,8 @@ class FakeSendGrid:
             return _errors(400, f"The personalizations field cannot have more than {MAX_PERSONALIZATIONS} items.")
         if not isinstance(body.get("from"), dict) or not body["from"].get("email"):
             return _errors(400, "The from object must be provided for every email send.", "from")
+        if sandboxed(body):  # validated, never delivered: 200, no X-Message-Id, no event, nothing kept
+            return FakeResponse(200)
         message = SentMessage(f"fake{next(self._ids):018d}", body, time.time())
         with self._lock:
             self._messages.append(message)
