@@ -219,7 +219,9 @@ def test_objects_from_a_view_are_not_bound_to_its_intent(env: Env) -> None:
     read = view.v1.payment_intents.retrieve(created.id)
     read_async = read_then_close(env, view.v1.payment_intents.retrieve_async(created.id))
     for obj in (created, read, read_async):
-        with pytest.raises(MissingIntentKey):  # a later write on the object names its own intent, as anywhere else
+        # a later write on the object names its own intent, as anywhere else, and the hint says how: an
+        # instance method takes idempotency_key=..., where options={...} would be sent as a parameter
+        with pytest.raises(MissingIntentKey, match=r"an object's own method, such as pi\.cancel\(idempotency_key="):
             obj.cancel()
     assert env.posts() == 1
     assert env.fake.payment_intents[0]["status"] != "canceled"

@@ -72,7 +72,8 @@ _log = logging.getLogger("stripe_safe")
 _RECEIPT_ATTRIBUTE = "_safe_effects_receipt"  # StripeObject keeps underscore names out of its fields
 
 KEY_HINT = (
-    "a safe StripeClient write needs options={'idempotency_key': <intent key>} naming the business intent as "
+    "a safe StripeClient write needs options={'idempotency_key': <intent key>} (an object's own method, such as "
+    "pi.cancel(idempotency_key=<intent key>), takes it as a keyword) naming the business intent as "
     "object_type:object_id:action:vN, e.g. IntentKey.build('invoice', 'inv_42', 'collect') == "
     "'invoice:inv_42:collect:v1' (never a random value or an attempt number); for a call you have checked is "
     "safe to repeat, use client.without_ledger(reason=...)"
