@@ -82,9 +82,26 @@ def test_approve_looks_the_effect_up_again_before_applying_a_rejection(ops: Ops)
     approved = ops.cli("approve", KEY, "--operator", "bob", "--adapters", "ops_fake_adapters:adapters")
     assert approved.exit_code == 1
     assert "cannot be resolved as rejected: a lookup at fake (search) found" in approved.stderr
+    # the approver cannot change what was asked: the advice is to decline, not to resolve it otherwise
+    assert "decline the request, and alice may then resolve it as confirmed with that id" in approved.stderr
     assert ops.ledger.get(KEY) == record
     [waiting] = ops.cli_json("pending")
     assert waiting["state"] == "pending"  # refused, not applied: a confirmation may replace it
+
+
+def test_an_approver_refused_for_another_id_than_the_providers_is_told_to_decline_not_to_change_it(ops: Ops) -> None:
+    """The refusal named `--provider-id`, an option `approve` does not take: only a new request can change it."""
+    record = ops.unknown(KEY, amount=250_000)
+    asked = resolve(ops, "--as", "confirmed", "--provider-id", "fx_WRONG", "--evidence", "bank", "--no-lookup",
+                    version=record.version, env=BIG)  # fmt: skip
+    assert "pending:" in asked.stdout
+    approved = ops.cli("approve", KEY, "--operator", "bob", "--adapters", "ops_fake_adapters:adapters")
+    assert approved.exit_code == 1
+    assert "cannot be confirmed as 'fx_WRONG'" in approved.stderr
+    assert "decline the request, and alice may then resolve it with that --provider-id" in approved.stderr
+    assert ops.ledger.get(KEY) == record
+    assert [a["state"] for a in ops.cli_json("pending")] == ["pending"]
+    assert len(ops.fake.effects()) == 1
 
 
 class Answering(GenericFakeAdapter):
@@ -163,7 +180,7 @@ def test_resolve_confirmed_records_operator_evidence_and_audit(ops: Ops) -> None
     record = ops.unknown(KEY)
     result = resolve(ops, *CONFIRM, version=record.version)
     assert result.exit_code == 0, result.output
-    assert f"{KEY} is now confirmed v{record.version + 1} by alice" in result.stdout
+    assert f"{KEY} is now confirmed (provider id fx_1) v{record.version + 1} by alice" in result.stdout
     after = ops.ledger.get(KEY)
     assert after.provider_result_id == "fx_1"
     assert after.resolution is not None
@@ -283,7 +300,11 @@ def test_two_person_rule_parks_then_another_operator_applies(ops: Ops) -> None:
     [waiting] = ops.cli_json("pending")
     assert (waiting["intent_key"], waiting["requested_by"], waiting["expected_version"]) == (KEY, "alice", 2)
     assert "needs approval: amount 250000 usd is at or above the 100000 usd threshold" in waiting["reason"]
-    assert "[needs approval: amount 250000 usd" in ops.cli("pending").stdout  # free text is never rich markup
+    listed = ops.cli("pending").stdout
+    assert "[needs approval: amount 250000 usd" in listed  # free text is never rich markup
+    assert "provider id: fx_1" in listed  # the approver sees what they approve
+    assert "evidence: dashboard:fx_1" in listed
+    assert "dashboard:fx_1" in ops.cli("show", KEY).stdout
 
     own = ops.cli("approve", KEY, "--operator", " Alice ")
     assert own.exit_code == 1
@@ -296,7 +317,7 @@ def test_two_person_rule_parks_then_another_operator_applies(ops: Ops) -> None:
 
     approved = ops.cli("approve", KEY, "--operator", "bob", "--reason", "checked the bank statement")
     assert approved.exit_code == 0, approved.output
-    assert "confirmed v3 by alice, approved by bob" in approved.stdout
+    assert "confirmed (provider id fx_1) v3 by alice, approved by bob" in approved.stdout
     after = ops.ledger.get(KEY)
     assert after.resolution is not None
     assert (after.resolution.operator, after.resolution.approved_by) == ("alice", "bob")

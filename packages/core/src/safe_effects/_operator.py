@@ -207,7 +207,7 @@ class Operator:
                 "closed as stale: look again and resolve anew if still needed"
             )
         # the provider may show now what it did not when it was asked (a search index catching up)
-        self._check_with_provider(record, approval.to_status, approval.provider_result_id)
+        self._check_with_provider(record, approval.to_status, approval.provider_result_id, approval.requested_by)
         decided = approval.decided(ApprovalState.APPLIED, by=operator, reason=reason, at=self.ledger.clock())
         resolution = Resolution(
             method=OPERATOR_METHOD,
@@ -308,7 +308,9 @@ class Operator:
         confirmed_at = _confirmed_version(self.ledger.store.audit_trail(original.tenant, original.intent_key), original)
         return confirmed_at is not None and confirmed_at <= expect_version
 
-    def _check_with_provider(self, record: EffectRecord, to: EffectStatus, provider_result_id: str | None) -> None:
+    def _check_with_provider(
+        self, record: EffectRecord, to: EffectStatus, provider_result_id: str | None, asked_by: str | None = None
+    ) -> None:
         """:func:`refuse_what_the_provider_holds`, by this ledger's clock and allowed clock skew."""
         refuse_what_the_provider_holds(
             self.adapters,
@@ -317,6 +319,7 @@ class Operator:
             provider_result_id,
             now=self.ledger.clock(),
             max_skew=self.ledger._clock_guard.max_skew,
+            asked_by=asked_by,
         )
 
     def _current(self, intent_key: IntentKey | str, tenant: str, expect_version: int, to: EffectStatus) -> EffectRecord:

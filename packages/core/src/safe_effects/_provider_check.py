@@ -30,13 +30,15 @@ def refuse_what_the_provider_holds(
     *,
     now: datetime,
     max_skew: timedelta | None,
+    asked_by: str | None = None,
 ) -> None:
     """:class:`InvalidInput` when a lookup at ``record``'s provider contradicts settling it as ``to``: a
     rejection of an effect it finds, or while the request may still be running (its normal response window,
     ``max_skew`` the ledger's allowed clock skew) or its index may not show it yet (within the lookup's lag of
     the send); a confirmation of one it refused (once the request can no longer be running), or naming another
     object than it finds. Nothing happens without an adapter for the provider, or for a prepared record (never
-    sent: nothing to find)."""
+    sent: nothing to find). ``asked_by`` names who asked for the resolution when another operator approves it:
+    the approver cannot change what was asked, only decline it, and the advice says so."""
     if adapters is None or record.status is EffectStatus.PREPARED:
         return
     adapter = _adapter(adapters, record.provider)
@@ -52,9 +54,15 @@ def refuse_what_the_provider_holds(
     contract = adapter.contract_for(record.operation)
     running = may_still_run(record, contract, max_skew, now)
     if to is EffectStatus.REJECTED:
-        _refuse_rejecting(contract, record, found, now, running)
+        _refuse_rejecting(contract, record, found, now, running, asked_by=asked_by)
     elif to is EffectStatus.CONFIRMED:
-        _refuse_confirming(record, found, provider_result_id, running)
+        _refuse_confirming(record, found, provider_result_id, running, asked_by=asked_by)
+
+
+def _instead(resolution: str, asked_by: str | None) -> str:
+    """What to do instead: ``resolution`` for the resolving operator; an approver declines so that the one who
+    asked can ask again."""
+    return resolution if asked_by is None else f"decline the request, and {asked_by} may then {resolution}"
 
 
 def _adapter(adapters: Mapping[str, ProviderAdapter[Any]], provider: str) -> ProviderAdapter[Any] | None:
@@ -68,14 +76,20 @@ def _adapter(adapters: Mapping[str, ProviderAdapter[Any]], provider: str) -> Pro
 
 
 def _refuse_rejecting(
-    contract: ProviderContract, record: EffectRecord, found: LookupResult, now: datetime, running: str | None
+    contract: ProviderContract,
+    record: EffectRecord,
+    found: LookupResult,
+    now: datetime,
+    running: str | None,
+    *,
+    asked_by: str | None,
 ) -> None:
     key, provider = record.intent_key, record.provider
     if found.status is LookupStatus.FOUND:
         raise InvalidInput(
             f"intent {key!r} cannot be resolved as rejected: a lookup at {provider} ({found.method}) found "
-            f"{found.provider_result_id or 'it'}, so it acted; resolve it as confirmed with that id, or check at "
-            f"the provider ({_SKIP})"
+            f"{found.provider_result_id or 'it'}, so it acted; "
+            f"{_instead('resolve it as confirmed with that id', asked_by)}, or check at the provider ({_SKIP})"
         )
     lags = [m.lag for m in contract.lookups if m.lag is not None]
     sent = record.dispatched_at or record.first_dispatched_at
@@ -93,17 +107,23 @@ def _refuse_rejecting(
 
 
 def _refuse_confirming(
-    record: EffectRecord, found: LookupResult, provider_result_id: str | None, running: str | None
+    record: EffectRecord,
+    found: LookupResult,
+    provider_result_id: str | None,
+    running: str | None,
+    *,
+    asked_by: str | None,
 ) -> None:
     key, provider = record.intent_key, record.provider
     if found.status is LookupStatus.REFUSED and not running:  # a refusal seen while it runs may be an earlier one
         raise InvalidInput(
             f"intent {key!r} cannot be resolved as confirmed: a lookup at {provider} ({found.method}) found it "
             f"refused{f' ({found.provider_result_id})' if found.provider_result_id else ''}, so nothing was done; "
-            f"resolve it as rejected, or check at the provider ({_SKIP})"
+            f"{_instead('resolve it as rejected', asked_by)}, or check at the provider ({_SKIP})"
         )
     if found.status is LookupStatus.FOUND and found.provider_result_id not in (None, provider_result_id):
         raise InvalidInput(
             f"intent {key!r} cannot be confirmed as {provider_result_id!r}: a lookup at {provider} "
-            f"({found.method}) found {found.provider_result_id}; check --provider-id ({_SKIP})"
+            f"({found.method}) found {found.provider_result_id}; "
+            f"{_instead('resolve it with that --provider-id', asked_by)} ({_SKIP})"
         )

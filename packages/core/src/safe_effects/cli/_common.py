@@ -19,6 +19,7 @@ from rich.table import Table
 
 from safe_effects._adapter import ProviderAdapter
 from safe_effects._adapter_registry import ENTRY_POINT_GROUP, load_adapters
+from safe_effects._approvals import Approval
 from safe_effects._errors import InvalidInput, MigrationsPending, SafeEffectsError
 from safe_effects._ledger import Ledger
 from safe_effects._passwords import redacted
@@ -196,3 +197,14 @@ def age(since: datetime | None, now: datetime) -> str:
 
 def summary_text(summary: Mapping[str, str]) -> str:
     return " ".join(f"{k}={v}" for k, v in sorted(summary.items()))
+
+
+def asked_for(approval: Approval) -> str:
+    """What a resolution request asks, in one cell: the state, and the provider id and evidence that come with
+    it, which the approver approves along with the state."""
+    lines = [str(approval.to_status)]
+    if approval.provider_result_id:
+        lines.append(f"provider id: {approval.provider_result_id}")
+    if approval.evidence:
+        lines.append(f"evidence: {approval.evidence}")
+    return "\n".join(lines)

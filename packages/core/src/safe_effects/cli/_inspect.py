@@ -25,6 +25,7 @@ from ._common import (
     Tenant,
     adapter_for,
     age,
+    asked_for,
     emit,
     opened,
     print_json,
@@ -197,12 +198,12 @@ def _emit_trail(
         emit(
             table(
                 "approval requests",
-                ["asked", "by", "as", "at v", "state", "decided by", "reason", "decision reason"],
+                ["asked", "by", "asks for", "at v", "state", "decided by", "reason", "decision reason"],
                 [
                     [
                         a.created_at,
                         a.requested_by,
-                        a.to_status,
+                        asked_for(a),
                         a.expected_version,
                         a.state,
                         a.decided_by,

@@ -22,6 +22,7 @@ from ._common import (
     ReasonText,
     StoreUrl,
     Tenant,
+    asked_for,
     emit,
     opened,
     print_json,
@@ -63,7 +64,8 @@ def _report(decision: Decision, as_json: bool) -> None:
     resolution = record.resolution
     by = f" by {resolution.operator}" if resolution and resolution.operator else ""
     approved = f", approved by {resolution.approved_by}" if resolution and resolution.approved_by else ""
-    emit(f"{record.intent_key} is now {record.status} v{record.version}{by}{approved}")
+    found = f" (provider id {record.provider_result_id})" if record.provider_result_id else ""
+    emit(f"{record.intent_key} is now {record.status}{found} v{record.version}{by}{approved}")
 
 
 def resolve(
@@ -156,8 +158,10 @@ def pending(
     if as_json:
         print_json(waiting)
         return
+    # the approver approves exactly what was asked: the provider id and evidence are part of it
     rows = [
-        [a.created_at, a.tenant, a.intent_key, a.to_status, a.expected_version, a.requested_by, a.reason]
+        [a.created_at, a.tenant, a.intent_key, asked_for(a), a.expected_version, a.requested_by, a.reason]
         for a in waiting
     ]
-    emit(table(f"{len(waiting)} pending", ["asked", "tenant", "intent key", "as", "at v", "by", "reason"], rows))
+    columns = ["asked", "tenant", "intent key", "asks for", "at v", "by", "reason"]
+    emit(table(f"{len(waiting)} pending", columns, rows))
