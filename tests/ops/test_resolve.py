@@ -73,34 +73,36 @@ def test_resolve_looks_the_effect_up_first_and_refuses_what_the_provider_contrad
     assert len(ops.fake.effects()) == 1
 
 
-def test_approve_looks_the_effect_up_again_before_applying_a_rejection(ops: Ops) -> None:
-    """The QA pass: a rejection asked for while the provider's search lagged was applied by the approver after
-    the charge had become visible, and the job's `:v2` charged again."""
+@pytest.mark.parametrize(
+    ("asks", "refused", "advice"),
+    [
+        (  # the QA pass: a rejection asked for while the provider's search lagged was applied by the approver
+            # after the charge had become visible, and the job's `:v2` charged again
+            ("--as", "rejected"),
+            "cannot be resolved as rejected: a lookup at fake (search) found",
+            "resolve it as confirmed with that id",
+        ),
+        (  # the refusal named `--provider-id`, an option `approve` does not take
+            ("--as", "confirmed", "--provider-id", "fx_WRONG", "--evidence", "bank"),
+            "cannot be confirmed as 'fx_WRONG'",
+            "resolve it with that --provider-id",
+        ),
+    ],
+)
+def test_approve_looks_the_effect_up_again_and_refuses_what_the_provider_contradicts(
+    ops: Ops, asks: tuple[str, ...], refused: str, advice: str
+) -> None:
     record = ops.unknown(KEY, amount=250_000)
-    asked = resolve(ops, "--as", "rejected", "--no-lookup", version=record.version, env=BIG)
+    asked = resolve(ops, *asks, "--no-lookup", version=record.version, env=BIG)
     assert "pending:" in asked.stdout
     approved = ops.cli("approve", KEY, "--operator", "bob", "--adapters", "ops_fake_adapters:adapters")
     assert approved.exit_code == 1
-    assert "cannot be resolved as rejected: a lookup at fake (search) found" in approved.stderr
+    assert refused in approved.stderr
     # the approver cannot change what was asked: the advice is to decline, not to resolve it otherwise
-    assert "decline the request, and alice may then resolve it as confirmed with that id" in approved.stderr
+    assert f"decline the request, and alice may then {advice}" in approved.stderr
     assert ops.ledger.get(KEY) == record
     [waiting] = ops.cli_json("pending")
     assert waiting["state"] == "pending"  # refused, not applied: a confirmation may replace it
-
-
-def test_an_approver_refused_for_another_id_than_the_providers_is_told_to_decline_not_to_change_it(ops: Ops) -> None:
-    """The refusal named `--provider-id`, an option `approve` does not take: only a new request can change it."""
-    record = ops.unknown(KEY, amount=250_000)
-    asked = resolve(ops, "--as", "confirmed", "--provider-id", "fx_WRONG", "--evidence", "bank", "--no-lookup",
-                    version=record.version, env=BIG)  # fmt: skip
-    assert "pending:" in asked.stdout
-    approved = ops.cli("approve", KEY, "--operator", "bob", "--adapters", "ops_fake_adapters:adapters")
-    assert approved.exit_code == 1
-    assert "cannot be confirmed as 'fx_WRONG'" in approved.stderr
-    assert "decline the request, and alice may then resolve it with that --provider-id" in approved.stderr
-    assert ops.ledger.get(KEY) == record
-    assert [a["state"] for a in ops.cli_json("pending")] == ["pending"]
     assert len(ops.fake.effects()) == 1
 
 
