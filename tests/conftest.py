@@ -205,9 +205,9 @@ class DatabaseProxy:
     the server's answer: the client's connection is cut instead (``dropped`` is set then).
     """
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, *, listen_port: int = 0) -> None:
         self.target = (host, port)
-        self.server = socket.create_server(("127.0.0.1", 0))
+        self.server = socket.create_server(("127.0.0.1", listen_port))
         self.port = self.server.getsockname()[1]
         self.sockets: list[socket.socket] = []
         self.marker: bytes | None = None
@@ -262,14 +262,28 @@ class DatabaseProxy:
 
 
 @pytest.fixture
-def database_proxy(pg_url: str) -> Iterator[DatabaseProxy]:
+def database_proxy(database_back_on: Callable[[int], DatabaseProxy]) -> DatabaseProxy:
     """A :class:`DatabaseProxy` in front of the test PostgreSQL; cut after the test."""
+    return database_back_on(0)
+
+
+@pytest.fixture
+def database_back_on(pg_url: str) -> Iterator[Callable[[int], DatabaseProxy]]:
+    """Start a :class:`DatabaseProxy` to the test PostgreSQL listening on a given port (0: any): a database
+    that comes up where a client was already trying to reach it. Every one is cut after the test."""
     from psycopg.conninfo import conninfo_to_dict
 
     named = conninfo_to_dict(pg_url)
-    proxy = DatabaseProxy(str(named.get("host", "127.0.0.1")), int(named.get("port", 5432)))
-    yield proxy
-    proxy.cut()
+    started: list[DatabaseProxy] = []
+
+    def start(port: int) -> DatabaseProxy:
+        proxy = DatabaseProxy(str(named.get("host", "127.0.0.1")), int(named.get("port", 5432)), listen_port=port)
+        started.append(proxy)
+        return proxy
+
+    yield start
+    for proxy in started:
+        proxy.cut()
 
 
 @pytest.fixture

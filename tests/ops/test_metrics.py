@@ -11,8 +11,11 @@ import threading
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -36,7 +39,7 @@ from safe_effects import (
     SimulatedCrash,
     StoreCollector,
 )
-from safe_effects.testing import FakeClock, FakeFailure
+from safe_effects.testing import FakeClock, FakeFailure, GenericFakeAdapter, GenericFakeProvider
 
 if TYPE_CHECKING:
     from conftest import DatabaseProxy, Ops
@@ -313,31 +316,83 @@ def test_observer_counts_each_provider_call_by_the_outcome_it_recorded(ops: Ops)
     assert statuses == {"r": "rejected", "u": "unknown", "c0": "confirmed", "c1": "confirmed"}
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def exporter(port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """``safe-effects metrics`` serving on ``port``, in a process of its own."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "safe_effects.cli", "metrics", "--port", str(port), "--addr", "127.0.0.1"],
+        env={**os.environ, **env},
+        stderr=subprocess.PIPE,
+    )
+
+
+def scrape(server: subprocess.Popen[bytes], port: int, *, until: Callable[[str], bool] = bool) -> str:
+    """The exporter's exposition once it serves one that ``until`` accepts (20 s at most)."""
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as answer:
+                scraped: str = answer.read().decode()
+            if until(scraped):
+                return scraped
+        except OSError:
+            assert server.poll() is None, server.communicate()[1]
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+
 def test_cli_prints_and_serves_the_same_numbers(ops: Ops) -> None:
     seed(ops)
     printed = ops.cli("metrics", "--print")
     assert printed.exit_code == 0, printed.output
     assert samples(printed.stdout, "safe_effects_effects") == expected(ops)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = subprocess.Popen(
-        [sys.executable, "-m", "safe_effects.cli", "metrics", "--port", str(port), "--addr", "127.0.0.1"],
-        env={**os.environ, **ops.env},
-        stderr=subprocess.PIPE,
-    )
+    port = free_port()
+    server = exporter(port, ops.env)
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as answer:
-                    scraped = answer.read().decode()
-                break
-            except OSError:
-                assert server.poll() is None, server.communicate()[1]
-                assert time.monotonic() < deadline
-                time.sleep(0.1)
-        assert samples(scraped, "safe_effects_effects") == expected(ops)
+        assert samples(scrape(server, port), "safe_effects_effects") == expected(ops)
     finally:
         server.terminate()
         server.communicate(timeout=10)
+
+
+@pytest.mark.postgres
+def test_an_exporter_started_while_postgres_is_down_serves_store_up_0_until_it_answers(
+    pg_url: str, database_back_on: Callable[[int], DatabaseProxy], tmp_path: Path
+) -> None:
+    """It exited at start instead: Prometheus then raised "exporter down", whose runbook row (restart it)
+    failed the same way, and never "store unreachable"."""
+    schema = f"se_test_{uuid.uuid4().hex[:12]}"
+    store = PostgresStore(pg_url, schema=schema)
+    store.migrate()
+    ledger = Ledger(store)
+    fake = GenericFakeProvider(tmp_path / "fake.db")
+    fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
+    with pytest.raises(EffectUnknown):
+        ledger.execute(GenericFakeAdapter(fake), EffectRequest(operation="charge", params={}), intent_key=KEY_A)
+    database_port, port = free_port(), free_port()  # nothing listens on the database's port yet: it is down
+    parts = urlsplit(pg_url)
+    user = f"{parts.username}@" if parts.username else ""
+    database = urlunsplit(parts._replace(netloc=f"{user}127.0.0.1:{database_port}", query=f"schema={schema}"))
+    server = exporter(port, {"SAFE_EFFECTS_STORE": database})
+    try:
+        down = scrape(server, port)
+        assert samples(down, "safe_effects_store_up") == {(): 0.0}
+        assert samples(down, "safe_effects_effects") == {}
+        database_back_on(database_port)
+        up = scrape(server, port, until=lambda text: samples(text, "safe_effects_store_up") == {(): 1.0})
+        labels = (("provider", "fake"), ("status", "unknown"), ("tenant", "default"))
+        assert samples(up, "safe_effects_effects")[labels] == 1
+        assert ledger.get(KEY_A).status is EffectStatus.UNKNOWN  # the exporter only reads
+        assert len(fake.effects()) == 1
+    finally:
+        server.terminate()
+        stderr = server.communicate(timeout=10)[1].decode()
+        ledger.close()
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+    assert "serving safe_effects_store_up 0, opening it again in 5 s" in stderr

@@ -171,8 +171,29 @@ class StoreCollector:
                 "a worker died mid-call and no caller retry or reconciler has taken the record over since",
                 labels=["provider"],
             ),
-            gauge("safe_effects_store_up", "1 when the last scrape could read the ledger store"),
+            _store_up(self._core),
         )
+
+
+def _store_up(core: Any) -> Any:
+    return core.GaugeMetricFamily("safe_effects_store_up", "1 when the last scrape could read the ledger store")
+
+
+class StoreNotOpened:
+    """The gauges of a store that could not be opened yet: ``safe_effects_store_up 0`` alone. An exporter
+    started while its database is down serves this until it opens the store, so Prometheus sees the store
+    down (SafeEffectsStoreUnreachable), not the exporter (SafeEffectsExporterDown)."""
+
+    def __init__(self) -> None:
+        self._core = prometheus().core
+
+    def describe(self) -> Iterator[Any]:
+        yield _store_up(self._core)
+
+    def collect(self) -> Iterator[Any]:
+        up = _store_up(self._core)
+        up.add_metric([], 0)
+        yield up
 
 
 class PrometheusObserver:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import threading
-from typing import Annotated
+import time
+from typing import Annotated, Any
 
 import typer
 
-from safe_effects._metrics import prometheus, serve, store_registry
+from safe_effects._errors import LedgerUnavailable
+from safe_effects._metrics import StoreCollector, StoreNotOpened, prometheus, serve, store_registry
 
-from ._common import MAX_PORT, StoreUrl, opened
+from ._common import MAX_PORT, StoreUrl, error_line, opened, say
+
+REOPEN_SECONDS = 5.0  # between attempts to open a store that was down when the exporter started
 
 
 def metrics(
@@ -20,11 +24,30 @@ def metrics(
     once: Annotated[bool, typer.Option("--print", help="Print the exposition once and exit.")] = False,
 ) -> None:
     """Effects by status and provider, and the oldest unknown's age, read from the store at each scrape."""
-    with opened(store) as ledger:
-        registry = store_registry(ledger.store, clock=ledger.clock)
-        if once:
-            typer.echo(prometheus().generate_latest(registry).decode(), nl=False)
-            return
-        serve(registry, port=port, addr=addr)
-        typer.echo(f"serving http://{addr}:{port}/metrics (Ctrl-C stops)", err=True)
-        threading.Event().wait()
+    if once:
+        with opened(store) as ledger:
+            typer.echo(
+                prometheus().generate_latest(store_registry(ledger.store, clock=ledger.clock)).decode(), nl=False
+            )
+        return
+    registry = prometheus().CollectorRegistry(auto_describe=True)
+    not_opened = StoreNotOpened()
+    registry.register(not_opened)
+    serving = False
+    while True:
+        try:
+            with opened(store) as ledger:  # a wrong URL or schema, or a migration pending, still ends the command
+                registry.unregister(not_opened)
+                registry.register(StoreCollector(ledger.store, clock=ledger.clock))
+                serving = serving or _serve(registry, port, addr)
+                threading.Event().wait()
+        except LedgerUnavailable as down:  # started during an outage: serve store_up 0 until it answers
+            serving = serving or _serve(registry, port, addr)
+            say(f"{error_line(down)}; serving safe_effects_store_up 0, opening it again in {REOPEN_SECONDS:g} s")
+            time.sleep(REOPEN_SECONDS)
+
+
+def _serve(registry: Any, port: int, addr: str) -> bool:
+    serve(registry, port=port, addr=addr)
+    typer.echo(f"serving http://{addr}:{port}/metrics (Ctrl-C stops)", err=True)
+    return True
