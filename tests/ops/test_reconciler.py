@@ -591,6 +591,26 @@ def test_a_record_that_fails_to_reconcile_is_logged_and_the_sweep_goes_on(
     assert len(ops.fake.effects()) == 1
 
 
+def test_a_lost_workers_record_that_fails_after_its_lease_was_taken_over_is_reported_as_it_is_now(
+    ops: Ops, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The lease expiry moved it to unknown v2, then the adapter failed, and the report said "left as it was"
+    beside `was: in_flight`: an operator resolving at the version seen before got StaleRecord."""
+    clock = FakeClock()
+    ledger = Ledger(ops.ledger.store, clock=clock, lease=LeasePolicy(duration=timedelta(seconds=60)))
+    lost = ledger.prepare(ops.adapter, EffectRequest(operation="charge", params={}), intent_key="invoice:l:collect:v1")
+    ops.ledger.store.transition(lost, "in_flight", now=clock(), actor="worker-1", changes={
+        "lease_owner": "worker-1", "lease_expires_at": clock() + timedelta(seconds=60)})  # fmt: skip
+    clock.advance(timedelta(seconds=61))
+    caplog.clear()
+    [item] = Reconciler(ledger, {"fake": Misconfigured(ops.fake)}).run_once().items
+    now = ledger.get("invoice:l:collect:v1")
+    assert (now.status, item.before, item.outcome, item.version) == ("unknown", "in_flight", "error", now.version)
+    assert item.note == f"RuntimeError: FAKE_API_KEY is not set; now unknown v{now.version}"
+    assert any(r.getMessage().endswith(f"; now unknown v{now.version}") for r in caplog.records)
+    assert ops.fake.effects() == []
+
+
 def test_cli_reconcile_loop_with_nothing_in_doubt_prints_one_line_a_sweep(
     ops: Ops, monkeypatch: pytest.MonkeyPatch
 ) -> None:

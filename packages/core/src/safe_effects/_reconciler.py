@@ -246,12 +246,18 @@ class Reconciler:
         except StaleRecord:
             return item("contended", note="another process moved it first")
         except Exception as error:  # one broken record or adapter must not stop the sweep
+            now_at = self._reread(record)
+            left = (
+                "left as it was"
+                if now_at is None or now_at.version == record.version
+                else f"now {now_at.status} v{now_at.version}"  # an expired lease was taken over before it failed
+            )
             _log.warning(
-                "reconciling intent %r (tenant %r, %s) failed: %s: %s; left as it was",
-                record.intent_key, record.tenant, record.provider, type(error).__name__, error,
+                "reconciling intent %r (tenant %r, %s) failed: %s: %s; %s",
+                record.intent_key, record.tenant, record.provider, type(error).__name__, error, left,
                 exc_info=not isinstance(error, SafeEffectsError),
             )  # fmt: skip
-            return item("error", note=f"{type(error).__name__}: {error}")
+            return item("error", note=f"{type(error).__name__}: {error}; {left}", after=now_at)
         method = after.resolution.method if after.resolution is not None else None
         if after.status in TERMINAL or after.status is S.PREPARED:
             return item(after.status.value if self._ours(after) else "contended", method, after=after)
@@ -286,6 +292,13 @@ class Reconciler:
             self.sleep(wait)
         bucket.take()
         return True
+
+    def _reread(self, record: EffectRecord) -> EffectRecord | None:
+        """``record`` as stored now, or None when the store cannot say (it may be what failed)."""
+        try:
+            return self.ledger.store.get(record.tenant, record.intent_key)
+        except Exception:  # an error report must not fail on a second error
+            return None
 
     def _ours(self, record: EffectRecord) -> bool:
         """Did this process write the record's latest state (rather than a concurrent reconciler)?"""

@@ -123,7 +123,7 @@ def reconcile(
                     "or pass --adapters module:callable"
                 )
             if failed := report.counts().get("error", 0):  # a cron job or a script must see it, not only a reader
-                fail(f"error: {failed} record(s) could not be reconciled (see their note); they are left as they were")
+                fail(f"error: {failed} record(s) could not be reconciled; their notes say the state each is in")
             return
         output = None if as_json else _LoopOutput()  # JSON lines stay whole: a pipeline reads each sweep alone
         while True:
