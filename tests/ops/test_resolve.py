@@ -69,6 +69,7 @@ def test_resolve_looks_the_effect_up_first_and_refuses_what_the_provider_contrad
     # on the operator's word alone
     decided = resolve(ops, "--as", "rejected", *lookups, "--no-lookup", version=record.version)
     assert decided.exit_code == 0, decided.output
+    assert "(not looked up (no adapters: --no-lookup))" in decided.stdout  # said, never left to be guessed
     assert ops.ledger.get(KEY).status == "rejected"
     assert len(ops.fake.effects()) == 1
 
@@ -174,6 +175,7 @@ def test_resolve_goes_on_when_no_lookup_finds_the_effect(ops: Ops) -> None:
     record = ops.unknown(KEY, happened=False, sent_ago=timedelta(minutes=2))
     result = resolve(ops, "--as", "rejected", "--adapters", "ops_fake_adapters:adapters", version=record.version)
     assert result.exit_code == 0, result.output
+    assert "(looked up at fake (search): inconclusive)" in result.stdout
     assert ops.ledger.get(KEY).status == "rejected"
     assert ops.fake.effects() == []
 
@@ -183,6 +185,7 @@ def test_resolve_confirmed_records_operator_evidence_and_audit(ops: Ops) -> None
     result = resolve(ops, *CONFIRM, version=record.version)
     assert result.exit_code == 0, result.output
     assert f"{KEY} is now confirmed (provider id fx_1) v{record.version + 1} by alice" in result.stdout
+    assert "(not looked up: no adapter for provider 'fake' here)" in result.stdout  # only installed providers
     after = ops.ledger.get(KEY)
     assert after.provider_result_id == "fx_1"
     assert after.resolution is not None

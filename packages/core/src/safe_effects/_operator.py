@@ -33,6 +33,7 @@ class Decision:
 
     record: EffectRecord
     approval: Approval | None = None
+    looked_up: str | None = None  # what a lookup at the provider showed before deciding, or why none was made
 
     @property
     def pending(self) -> bool:
@@ -142,7 +143,7 @@ class Operator:
             provider_result_id = _optional(provider_result_id, "the provider's id (--provider-id)")
             evidence = _optional(evidence, "the evidence reference (--evidence)")
         record = self._current(intent_key, tenant, expect_version, to)
-        self._check_with_provider(record, to, provider_result_id)
+        looked_up = self._check_with_provider(record, to, provider_result_id)
         why = self.thresholds.requires_approval(record.summary)
         if why is None:
             self._check_nothing_pending(record)
@@ -155,7 +156,7 @@ class Operator:
                 provider_result_id=provider_result_id,
                 detail=resolution.model_dump(exclude_none=True),
             )
-            return Decision(settled)
+            return Decision(settled, looked_up=looked_up)
         # settle checks the events when it applies; a request must not wait for a second operator on what they refuse
         self.ledger._refuse_contradicted(record, to, provider_result_id)
         request = Approval(
@@ -175,7 +176,7 @@ class Operator:
             stored, created = self.ledger.store.add_approval(request)
         if not created:
             raise _already_asked(stored, record)
-        return Decision(record, stored)
+        return Decision(record, stored, looked_up)
 
     def _check_nothing_pending(self, record: EffectRecord) -> None:
         """A request waiting for a second operator binds every operator, whatever thresholds this process has
@@ -207,7 +208,9 @@ class Operator:
                 "closed as stale: look again and resolve anew if still needed"
             )
         # the provider may show now what it did not when it was asked (a search index catching up)
-        self._check_with_provider(record, approval.to_status, approval.provider_result_id, approval.requested_by)
+        looked_up = self._check_with_provider(
+            record, approval.to_status, approval.provider_result_id, approval.requested_by
+        )
         decided = approval.decided(ApprovalState.APPLIED, by=operator, reason=reason, at=self.ledger.clock())
         resolution = Resolution(
             method=OPERATOR_METHOD,
@@ -231,7 +234,7 @@ class Operator:
             if not _asked_of(approval, current):  # the record moved on, not (only) the approval
                 self._close_stale(approval, current, operator)
             raise
-        return Decision(settled, decided)
+        return Decision(settled, decided, looked_up)
 
     def decline(
         self, intent_key: IntentKey | str, *, operator: str, reason: str, tenant: str = DEFAULT_TENANT
@@ -310,9 +313,9 @@ class Operator:
 
     def _check_with_provider(
         self, record: EffectRecord, to: EffectStatus, provider_result_id: str | None, asked_by: str | None = None
-    ) -> None:
+    ) -> str:
         """:func:`refuse_what_the_provider_holds`, by this ledger's clock and allowed clock skew."""
-        refuse_what_the_provider_holds(
+        return refuse_what_the_provider_holds(
             self.adapters,
             record,
             to,

@@ -31,19 +31,23 @@ def refuse_what_the_provider_holds(
     now: datetime,
     max_skew: timedelta | None,
     asked_by: str | None = None,
-) -> None:
-    """:class:`InvalidInput` when a lookup at ``record``'s provider contradicts settling it as ``to``: a
-    rejection of an effect it finds, or while the request may still be running (its normal response window,
-    ``max_skew`` the ledger's allowed clock skew) or its index may not show it yet (within the lookup's lag of
-    the send); a confirmation of one it refused (once the request can no longer be running), or naming another
-    object than it finds. Nothing happens without an adapter for the provider, or for a prepared record (never
-    sent: nothing to find). ``asked_by`` names who asked for the resolution when another operator approves it:
-    the approver cannot change what was asked, only decline it, and the advice says so."""
-    if adapters is None or record.status is EffectStatus.PREPARED:
-        return
+) -> str:
+    """What a lookup at ``record``'s provider showed, or why none was made (no adapter for the provider, or a
+    prepared record: never sent, nothing to find).
+
+    :class:`InvalidInput` when the lookup contradicts settling it as ``to``: a rejection of an effect it finds,
+    or while the request may still be running (its normal response window, ``max_skew`` the ledger's allowed
+    clock skew) or its index may not show it yet (within the lookup's lag of the send); a confirmation of one
+    it refused (once the request can no longer be running), or naming another object than it finds.
+    ``asked_by`` names who asked for the resolution when another operator approves it: the approver cannot
+    change what was asked, only decline it, and the advice says so."""
+    if adapters is None:
+        return "not looked up (no adapters: --no-lookup)"
+    if record.status is EffectStatus.PREPARED:
+        return "not looked up: prepared, never sent"
     adapter = _adapter(adapters, record.provider)
     if adapter is None:
-        return
+        return f"not looked up: no adapter for provider {record.provider!r} here"
     try:
         found = adapter.lookup(record)
     except Exception as failed:  # a provider down, a key revoked: the operator decides whether to wait
@@ -57,6 +61,8 @@ def refuse_what_the_provider_holds(
         _refuse_rejecting(contract, record, found, now, running, asked_by=asked_by)
     elif to is EffectStatus.CONFIRMED:
         _refuse_confirming(record, found, provider_result_id, running, asked_by=asked_by)
+    shown = f" {found.provider_result_id}" if found.provider_result_id else ""
+    return f"looked up at {record.provider} ({found.method}): {found.status.value}{shown}"
 
 
 def _instead(resolution: str, asked_by: str | None) -> str:

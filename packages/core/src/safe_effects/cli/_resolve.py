@@ -46,7 +46,14 @@ Thresholds = Annotated[
 
 
 def _print_decision(decision: Decision) -> None:
-    print_json({"record": decision.record, "approval": decision.approval, "pending": decision.pending})
+    print_json(
+        {
+            "record": decision.record,
+            "approval": decision.approval,
+            "pending": decision.pending,
+            "looked_up": decision.looked_up,
+        }
+    )
 
 
 def _report(decision: Decision, as_json: bool) -> None:
@@ -59,13 +66,20 @@ def _report(decision: Decision, as_json: bool) -> None:
             f"pending: {record.intent_key} stays {record.status} v{record.version} until another operator runs\n"
             f"  safe-effects approve {record.intent_key} --tenant {record.tenant} --operator <someone else>\n"
             f"  ({approval.reason})"
+            f"{_looked_up(decision)}"
         )
         return
     resolution = record.resolution
     by = f" by {resolution.operator}" if resolution and resolution.operator else ""
     approved = f", approved by {resolution.approved_by}" if resolution and resolution.approved_by else ""
     found = f" (provider id {record.provider_result_id})" if record.provider_result_id else ""
-    emit(f"{record.intent_key} is now {record.status}{found} v{record.version}{by}{approved}")
+    emit(f"{record.intent_key} is now {record.status}{found} v{record.version}{by}{approved}{_looked_up(decision)}")
+
+
+def _looked_up(decision: Decision) -> str:
+    """The line saying whether the provider was asked first: a resolution no lookup checked is the operator's
+    evidence alone, and the output must not leave that to be guessed."""
+    return f"\n  ({decision.looked_up})" if decision.looked_up else ""
 
 
 def resolve(
