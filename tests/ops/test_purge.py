@@ -312,6 +312,26 @@ def test_a_compensation_purged_before_its_original_is_not_sent_again(ops: Ops) -
     assert ops.ledger.get(charge) == original
 
 
+def test_an_original_whose_compensation_is_still_in_doubt_is_kept(ops: Ops) -> None:
+    """Purged while its refund was unknown, a charge was gone when the refund was found and confirmed: nothing
+    was left to mark compensated, and the charge's key was free to charge again."""
+    clock = FakeClock(datetime.now(UTC) - timedelta(days=200))
+    old = Ledger(ops.ledger.store, clock=clock, retry=RetryPolicy(initial_wait=0.0, max_wait=0.05))
+    charge, refund = "invoice:inv_8:collect:v1", "invoice:inv_8:refund:v1"
+    old.execute(ops.adapter, EffectRequest(operation="charge", params={"amount": 4200}), intent_key=charge)
+    ops.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
+    with pytest.raises(EffectUnknown):
+        old.compensate(ops.adapter, EffectRequest(operation="refund", params={}), original_key=charge,
+                       compensating_key=refund)  # fmt: skip
+    assert ops.ledger.get(charge).compensated_by == refund
+
+    assert ops.cli_json("purge", "--older-than", "180")["deleted"] == 0
+    assert keys(ops) == {charge, refund}
+    ops.ledger.reconcile(ops.adapter, intent_key=refund)  # the refund is found at the provider
+    assert (ops.ledger.get(refund).status, ops.ledger.get(charge).status) == (S.CONFIRMED, S.COMPENSATED)
+    assert len(ops.fake.effects()) == 2  # the charge and its one refund
+
+
 class LosesTheMark:
     """A store whose first write marking an original compensated is lost with the connection."""
 

@@ -11,7 +11,7 @@ from ._adapter import ProviderAdapter
 from ._contract import ProviderContract
 from ._errors import InvalidInput
 from ._records import EffectRecord
-from ._states import TERMINAL
+from ._states import TERMINAL, EffectStatus
 from ._store import Store
 
 # the contract's own default (disputes and bounces arrive months later); Stripe, SES and SendGrid keep it
@@ -37,7 +37,8 @@ def purge_settled(
     force_minimum: timedelta | None = None,
     batch: int = DEFAULT_BATCH,
 ) -> PurgeReport:
-    """Delete confirmed, rejected and compensated records last updated more than ``older_than`` ago.
+    """Delete confirmed, rejected and compensated records last updated more than ``older_than`` ago, but not a
+    confirmed original whose compensation is still unsettled.
 
     The floor is ``force_minimum`` when given explicitly, else the largest ``record_retention_minimum`` among
     the contracts (from ``adapters``) of all the records to be deleted, and never less than the contract
@@ -75,11 +76,20 @@ def purge_settled(
         keys = [
             (record.tenant, record.intent_key)
             for record in listed
-            if floors is None or _floor(floors, record) <= older_than
+            if (floors is None or _floor(floors, record) <= older_than) and not _compensation_open(store, record)
         ]
         deleted += store.purge(statuses=TERMINAL, updated_before=cutoff, limit=batch, keys=keys)
         if len(listed) < batch:
             return PurgeReport(cutoff, minimum, deleted)
+
+
+def _compensation_open(store: Store, record: EffectRecord) -> bool:
+    """Whether ``record`` is a confirmed original whose compensation has not settled: marked compensated once that
+    one confirms, it must still be there then, and its key must not be free to act again meanwhile."""
+    if record.status is not EffectStatus.CONFIRMED or record.compensated_by is None:
+        return False
+    compensation = store.get(record.tenant, record.compensated_by)
+    return compensation is not None and compensation.status not in TERMINAL
 
 
 def _floor(adapters: Mapping[str, ProviderAdapter[Any]], record: EffectRecord) -> timedelta:
