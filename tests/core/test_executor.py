@@ -29,6 +29,7 @@ from safe_effects import (
     EvidenceVerdict,
     IllegalTransition,
     IntentConflict,
+    IntentKey,
     IntentNotFound,
     InvalidInput,
     InvalidIntentKey,
@@ -221,7 +222,10 @@ def test_a_conflict_warns_that_a_new_key_may_repeat_an_action_that_went_out(env:
     env.ledger.prepare(env.adapter, CHARGE, intent_key=fresh)
     with pytest.raises(IntentConflict) as conflict:
         env.ledger.prepare(env.adapter, other, intent_key=fresh)
-    assert str(conflict.value).endswith("e.g. 'invoice:inv_43:collect:v2'")  # never sent: a new key is the advice
+    message = str(conflict.value)  # never sent: a new key is the advice, once the prepared one is withdrawn
+    assert "e.g. 'invoice:inv_43:collect:v2', once this one is withdrawn (`safe-effects resolve" in message
+    with pytest.raises(EarlierVersionInDoubt):  # which is why: until then the new key is refused
+        env.ledger.prepare(env.adapter, other, intent_key="invoice:inv_43:collect:v2")
     assert env.record().status is EffectStatus.UNKNOWN
     assert len(env.fake.effects()) == 1
 
@@ -245,6 +249,39 @@ def test_a_new_version_while_an_earlier_one_may_have_acted_is_refused_before_any
     assert env.ledger.reconcile(env.adapter, intent_key=KEY).status is EffectStatus.CONFIRMED  # v1 did charge
     assert env.ledger.execute(env.adapter, CHARGE, intent_key=V2).record.status is EffectStatus.CONFIRMED  # as asked
     assert len(env.fake.effects()) == 2
+
+
+def test_the_database_refuses_a_second_unsettled_version_of_an_action_which_a_read_before_the_insert_misses(
+    env: Env,
+) -> None:
+    """The core audit: two processes starting v1 and v2 at once both passed the read before the insert (v1 not
+    recorded yet), and both charged, in 37 of 40 trials on PostgreSQL. The database now refuses the second
+    insert. Shown here the way round that read never looks: v1 recorded while v2 is in doubt."""
+    env.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)  # v2 charged, its answer lost
+    with pytest.raises(EffectUnknown):
+        env.ledger.execute(env.adapter, CHARGE, intent_key=V2)
+    stored = env.ledger.store.list_by_status(list(EffectStatus))
+    for call in (env.ledger.execute, env.ledger.prepare):
+        with pytest.raises(
+            EarlierVersionInDoubt, match=rf"while '{V2}' is unknown: that one may have acted"
+        ) as refused:
+            call(env.adapter, CHARGE, intent_key=KEY)
+        assert (refused.value.earlier, refused.value.earlier_status) == (V2, "unknown")
+    assert env.ledger.store.list_by_status(list(EffectStatus)) == stored  # nothing written
+    assert len(env.fake.effects()) == 1
+    assert env.ledger.reconcile(env.adapter, intent_key=V2).status is EffectStatus.CONFIRMED
+    assert env.ledger.execute(env.adapter, CHARGE, intent_key=KEY).record.status is EffectStatus.CONFIRMED
+    assert len(env.fake.effects()) == 2  # v1 went once v2 was settled, as a later version would
+
+
+def test_two_versions_inserted_at_once_are_never_both_recorded_unsettled(env: Env) -> None:
+    """The race itself, at the store: v1 claimed between v2's read and v2's insert."""
+    v1 = env.ledger.prepare(env.adapter, CHARGE, intent_key=KEY)
+    v2 = v1.model_copy(update={"intent_key": IntentKey.parse(V2), "provider_key": f"default:{V2}"})
+    with pytest.raises(EarlierVersionInDoubt, match=rf"while '{KEY}' is prepared"):
+        env.ledger.store.insert_if_absent(v2)
+    assert [r.intent_key for r in env.ledger.store.list_by_status(list(EffectStatus))] == [KEY]
+    assert env.fake.effects() == []
 
 
 def test_a_new_version_while_an_earlier_one_is_prepared_waits_for_its_withdrawal(env: Env) -> None:
@@ -1290,6 +1327,10 @@ def test_tenant_allow_list(store_url: str, tmp_path: Path) -> None:
     strict = env.other_ledger(tenants={"acme"})
     with pytest.raises(UnknownTenant, match="globex"):
         strict.execute(env.adapter, CHARGE, intent_key=KEY, tenant="globex")
+    # re-cased ids are the mistake the adoption guide warns of: the message says which one was meant
+    with pytest.raises(UnknownTenant, match=r"'Acme' .*names 1\); tenant ids are case-sensitive: did you mean 'acme'"):
+        strict.execute(env.adapter, CHARGE, intent_key=KEY, tenant="Acme")
+    assert env.fake.effects() == []
     strict.execute(env.adapter, CHARGE, intent_key=KEY, tenant="acme")
     assert [e.key for e in env.fake.effects()] == [f"acme/{KEY}"]
     env.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)

@@ -191,9 +191,9 @@ def test_a_ledger_on_a_store_lacking_migrations_is_refused_up_front(store_at_ver
     driver error (no such column lease_token, no table reconciler_cursors), call after call."""
     store = open_store(store_at_version(3))
     try:
-        with pytest.raises(MigrationsPending, match=r"lacks schema migration\(s\) 4, 5: run `safe-effects migrate`"):
+        with pytest.raises(MigrationsPending, match=r"lacks schema migration\(s\) 4, 5, 6: run `safe-effects migrate`"):
             Ledger(store)
-        assert store.pending_migrations() == [4, 5]
+        assert store.pending_migrations() == [4, 5, 6]
         store.migrate()
         assert Ledger(store).store is store
     finally:
@@ -250,6 +250,27 @@ def privileges(url: str, table: str) -> list[tuple[str, str, bool]]:
     )
 
 
+def test_a_ledger_holding_two_unsettled_versions_of_an_action_is_told_to_settle_one_before_migration_6(
+    store_at_version: Callable[[int], str],
+) -> None:
+    """Migration 6's index allows one unsettled version per action; a ledger where the race it closes already
+    left two gets a refusal naming them, not a raw driver error, and is left as it was."""
+    store = open_store(store_at_version(5))
+    try:
+        for key in ("invoice:inv_1:collect:v1", "invoice:inv_1:collect:v2", "invoice:inv_2:collect:v1"):
+            store.insert_if_absent(record(key))
+        with pytest.raises(StoreNotReady, match=r"cannot be applied: invoice:inv_1:collect:vN \(tenant default\)"):
+            store.migrate()
+        assert store.pending_migrations() == [6]
+        assert len(store.list_by_status([S.PREPARED])) == 3
+        first = store.get("default", "invoice:inv_1:collect:v1")
+        assert first is not None
+        store.transition(first, S.REJECTED, now=T0, actor="operator:bob")  # withdrawn
+        assert store.migrate() == [6]
+    finally:
+        store.close()
+
+
 @pytest.mark.postgres
 @pytest.mark.parametrize("backend", ["postgres"])
 def test_a_table_an_upgrade_creates_carries_the_rights_roles_hold_on_effect_intents(
@@ -265,7 +286,7 @@ def test_a_table_an_upgrade_creates_carries_the_rights_roles_hold_on_effect_inte
     owner = open_store(url)
     worker = open_store(worker_role.url(url))
     try:
-        assert owner.migrate() == [5]
+        assert owner.migrate() == [5, 6]
 
         assert privileges(url, "reconciler_cursors") == privileges(url, "effect_intents")
         worker.save_reconciler_cursor("cron", (T0, "default", "invoice:inv_1:collect:v1"))

@@ -54,13 +54,13 @@ def test_an_unmigrated_store_is_refused_until_migrate_runs_once(fresh_store_url:
 
             with psycopg.connect(url.rpartition("?schema=")[0], autocommit=True) as admin:
                 admin.execute(f'CREATE SCHEMA "{store.schema}"')
-        assert store.pending_migrations() == [1, 2, 3, 4, 5]  # SQLite: an existing file without tables
+        assert store.pending_migrations() == [1, 2, 3, 4, 5, 6]  # SQLite: an existing file without tables
     finally:
         store.close()
     refused = run(url, "list")
     assert refused.exit_code == 1
     assert refused.stderr.startswith(
-        f"error [migrations_pending]: the ledger at {url} lacks schema migration(s) 1, 2, 3, 4, 5: run "
+        f"error [migrations_pending]: the ledger at {url} lacks schema migration(s) 1, 2, 3, 4, 5, 6: run "
         "`safe-effects migrate` first"
     )
 
@@ -68,7 +68,7 @@ def test_an_unmigrated_store_is_refused_until_migrate_runs_once(fresh_store_url:
     again = run(url, "migrate")
     listed = run(url, "list", "--json")
 
-    assert json.loads(first.stdout)["applied"] == [1, 2, 3, 4, 5]
+    assert json.loads(first.stdout)["applied"] == [1, 2, 3, 4, 5, 6]
     assert "the schema is up to date" in again.stdout
     assert (listed.exit_code, json.loads(listed.stdout)) == (0, [])
 
@@ -100,18 +100,18 @@ def test_a_worker_role_cannot_migrate_and_is_told_who_can(
     url = store_at_version(4)
     worker_role.grant_dml(url.rpartition("?schema=")[2])
     worker = worker_role.url(url)
-    told = r"schema migration\(s\) 5 pending in schema '.+'; role '.+' may not create or change tables there"
+    told = r"schema migration\(s\) 5, 6 pending in schema '.+'; role '.+' may not create or change tables there"
 
     with pytest.raises(StorePermissionDenied, match=told + r".*: run `safe-effects migrate` as the schema's owner"):
         Ledger.open(worker)
     migrated = run(worker, "migrate")
 
     assert migrated.exit_code == 1
-    assert migrated.stderr.startswith("error [store_permission_denied]: schema migration(s) 5 pending")
+    assert migrated.stderr.startswith("error [store_permission_denied]: schema migration(s) 5, 6 pending")
     assert migrated.stderr.count("\n") == 1
     store = open_store(url)
     try:
-        assert store.pending_migrations() == [5]  # the ledger is as it was
+        assert store.pending_migrations() == [5, 6]  # the ledger is as it was
     finally:
         store.close()
 
@@ -129,7 +129,7 @@ def test_a_password_in_the_store_url_is_never_printed(pg_url: str) -> None:
         migrated = run(url, "migrate", "--json")
         assert refused.exit_code == 1
         assert "the database has no schema" in refused.stderr
-        assert json.loads(migrated.stdout)["applied"] == [1, 2, 3, 4, 5]
+        assert json.loads(migrated.stdout)["applied"] == [1, 2, 3, 4, 5, 6]
         for output in (refused.stdout, refused.stderr, migrated.stdout, migrated.stderr):
             assert "S3cret-pw" not in output
         assert ":***@" in refused.stderr

@@ -7,6 +7,7 @@ request is validated and before the record is inserted.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -78,6 +79,27 @@ def refuse_while_earlier_in_doubt(store: Store, fresh: EffectRecord) -> None:
         )
         _log.warning("%s", refusal)
         raise refusal
+
+
+# the other unsettled version the database found when it refused an insert (migration v6's index), read after
+# the refusal to name it; ``{table}`` and the placeholder ``{p}`` are the store's
+OTHER_UNSETTLED_VERSION = (
+    "SELECT intent_key, status, provider FROM {table} WHERE tenant_id = {p} "
+    "AND rtrim(intent_key, '0123456789') = rtrim({p}, '0123456789') AND intent_key <> {p} "
+    "AND status IN ('prepared', 'in_flight', 'unknown') LIMIT 1"
+)
+
+
+def version_in_doubt(fresh: EffectRecord, other: Sequence[str] | None) -> EarlierVersionInDoubt:
+    """The refusal of ``fresh`` when the database refused its insert: another version of its action is unsettled.
+
+    ``refuse_while_earlier_in_doubt`` reads before the insert, so two processes starting v1 and v2 at once both
+    passed it; the index refuses the second insert. ``other`` is that version as read after the refusal
+    (intent key, status, provider), None when it settled in between."""
+    key, status, provider = other if other is not None else ("another version of this action", "unsettled", "")
+    refusal = EarlierVersionInDoubt(fresh.tenant, fresh.intent_key, key, status, provider or fresh.provider)
+    _log.warning("%s", refusal)
+    return refusal
 
 
 def refuse_unsendable(store: Store, adapter: ProviderAdapter[Any], request: EffectRequest, fresh: EffectRecord) -> None:

@@ -137,6 +137,7 @@ class IntentConflict(SafeEffectsError):
         differs_in: Sequence[str] | None = None,
         next_key: str | None = None,
         reached_provider: str | None = None,
+        withdraw_first: bool = False,
         record: EffectRecord | None = None,
     ) -> None:
         """``recorded_as`` says what the key holds (``stripe payment_intents.create, confirmed``): a conflict is
@@ -146,7 +147,7 @@ class IntentConflict(SafeEffectsError):
         ``reached_provider`` ("reached", "may have reached") says the recorded request went out: then this call
         is as likely a retry whose request was built anew (a deploy that changed how it is built, a fresh MIME
         boundary, a timestamp), and a new key would make the action twice, so that comes first and no key is
-        suggested.
+        suggested. ``withdraw_first`` (a prepared record) says the new key waits for this one's withdrawal.
 
         The message quotes neither digest: an unkeyed SHA-256 of low-entropy params (a templated email to one
         address) confirms a guess of them, and worker logs reach more people than the database does. The
@@ -161,6 +162,11 @@ class IntentConflict(SafeEffectsError):
         if reached_provider is None:
             suggested = repr(next_key) if next_key else "the next version of this key"
             advice = f"A key names one action: give a new or corrected action a new key, e.g. {suggested}"
+            if withdraw_first:  # prepared: the new version is refused while this one may still be sent
+                advice = (
+                    f"{advice}, once this one is withdrawn (`safe-effects resolve {intent_key} --as rejected`): "
+                    "nothing went out under it yet, but a relay or an older worker may still send it"
+                )
         else:
             advice = (
                 f"The recorded request {reached_provider} the provider: if this call is that same action with its "

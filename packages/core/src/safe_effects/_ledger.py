@@ -1211,7 +1211,11 @@ class Ledger:
     def _tenant(self, tenant: str) -> str:
         tenant = check_tenant(tenant)
         if self.tenants is not None and tenant not in self.tenants:
-            raise UnknownTenant(f"tenant {tenant!r} is not served by this ledger")
+            alike = sorted(t for t in self.tenants if t.casefold() == tenant.casefold())
+            hint = f"; tenant ids are case-sensitive: did you mean {alike[0]!r}?" if alike else ""
+            raise UnknownTenant(
+                f"tenant {tenant!r} is not served by this ledger (Ledger(tenants=...) names {len(self.tenants)}){hint}"
+            )
         return tenant
 
     def _check_digest(self, record: EffectRecord, fresh: EffectRecord) -> None:
@@ -1231,6 +1235,7 @@ class Ledger:
                 differs_in=record.differences_from(fresh),
                 next_key=next_key,
                 reached_provider=_REACHED_PROVIDER.get(record.status),
+                withdraw_first=record.status is S.PREPARED,
                 record=record,
             )
             _log.warning("%s", conflict)  # a caller's bug: the runbook sends the operator to this line for the key

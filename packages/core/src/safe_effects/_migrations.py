@@ -10,7 +10,10 @@ would otherwise carry.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from ._errors import StoreNotReady
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,10 +315,46 @@ _V5_POSTGRES = (
     *_postgres_grants_like_intents("reconciler_cursors"),
 )
 
+# v6: at most one unsettled version of an action. Refusing ``...:v2`` while ``...:v1`` is prepared, in flight or
+# unknown was a read before the insert: two processes starting v1 and v2 at once both passed it, and both
+# charged. This partial unique index makes the database refuse the second insert instead. An action is its
+# key without the version number (keys end in ``:v<digits>``, so ``rtrim`` of the digits leaves ``...:v``),
+# the same expression on both databases. Building it fails on a ledger that already holds two unsettled
+# versions of one action; settle one of them first (the CHANGELOG says how).
+ONE_UNSETTLED_VERSION = "effect_intents_one_unsettled_version"
+_V6_WHERE = "WHERE status IN ('prepared', 'in_flight', 'unknown')"
+_V6_SQLITE = (
+    f"CREATE UNIQUE INDEX {ONE_UNSETTLED_VERSION} ON effect_intents "
+    f"(tenant_id, rtrim(intent_key, '0123456789')) {_V6_WHERE}",
+)
+_V6_POSTGRES = (
+    f"CREATE UNIQUE INDEX {ONE_UNSETTLED_VERSION} ON {{schema}}.effect_intents "
+    f"(tenant_id, rtrim(intent_key, '0123456789')) {_V6_WHERE}",
+)
+
+# what blocks building the v6 index: the actions (tenant, key less its version number) with several unsettled
+# versions; ``{table}`` is the store's
+SEVERAL_UNSETTLED_VERSIONS = (
+    "SELECT tenant_id, rtrim(intent_key, '0123456789') FROM {table} "
+    "WHERE status IN ('prepared', 'in_flight', 'unknown') GROUP BY 1, 2 HAVING count(*) > 1 ORDER BY 1, 2 LIMIT 5"
+)
+
+
+def blocked_by_versions(actions: Sequence[Sequence[str]]) -> StoreNotReady:
+    """Migration 6 refused: ``actions`` (tenant, key less its version number) each hold several unsettled versions."""
+    named = ", ".join(f"{action}N (tenant {tenant})" for tenant, action in actions) or "an action"
+    return StoreNotReady(
+        f"schema migration 6 (at most one unsettled version of an action) cannot be applied: {named} has more "
+        "than one version prepared, in flight or unknown. Settle all but one of each (`safe-effects list "
+        "--key-prefix ...` shows them; reconcile, or resolve them), then migrate again; nothing was changed"
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, _V1_SQLITE, _V1_POSTGRES),
     Migration(2, _V2_SQLITE, _V2_POSTGRES),
     Migration(3, _V3_SQLITE, _V3_POSTGRES),
     Migration(4, _V4_SQLITE, _V4_POSTGRES),
     Migration(5, _V5_SQLITE, _V5_POSTGRES),
+    Migration(6, _V6_SQLITE, _V6_POSTGRES),
 )

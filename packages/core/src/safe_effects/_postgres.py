@@ -14,11 +14,18 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
+from ._admission import OTHER_UNSETTLED_VERSION, version_in_doubt
 from ._approvals import Approval, ApprovalState, decided_meanwhile, decision_of
 from ._bookkeeping import check_columns, check_versions
 from ._errors import InvalidInput, MissingDependency, StaleRecord
 from ._fork import keep_inherited, renew_in_children
-from ._migrations import MIGRATIONS, POSTGRES_BOOKKEEPING
+from ._migrations import (
+    MIGRATIONS,
+    ONE_UNSETTLED_VERSION,
+    POSTGRES_BOOKKEEPING,
+    SEVERAL_UNSETTLED_VERSIONS,
+    blocked_by_versions,
+)
 from ._numbers import check_count, check_seconds
 from ._pg_connections import (
     Checkout,
@@ -160,6 +167,10 @@ def _checked_schema(schema: str) -> str:
         # a % in the name as a placeholder (and PostgreSQL holds no NUL)
         raise InvalidInput(f"schema {schema!r} holds a '%' or NUL character, which this store cannot use in names")
     return schema
+
+
+class _VersionRefused(Exception):
+    """A write met migration v6's index (another version of the action is unsettled): nothing was written."""
 
 
 def _render(query: sql.Composable) -> bytes:
@@ -369,6 +380,19 @@ class PostgresStore:
     def migrate(self) -> list[int]:
         """Apply pending migrations under a per-schema advisory lock, so concurrent callers run them once;
         returns the versions this call applied."""
+        try:
+            return self._migrate()
+        except _VersionRefused:  # the transaction is rolled back: name what blocks it from a fresh one
+            from psycopg import sql  # noqa: PLC0415  # optional extra, present once a PostgresStore exists
+
+            query = sql.SQL(SEVERAL_UNSETTLED_VERSIONS.format(table="{}"))
+            with self._checkout() as conn:
+                actions = conn.execute(query.format(sql.Identifier(self.schema, "effect_intents"))).fetchall()
+            raise blocked_by_versions(actions) from None
+
+    def _migrate(self) -> list[int]:
+        from psycopg.errors import UniqueViolation  # noqa: PLC0415  # optional extra, loaded by now
+
         lock = int.from_bytes(hashlib.sha256(f"safe_effects:{self.schema}".encode()).digest()[:8], signed=True)
         with self._checkout() as conn, conn.transaction():
             # an index built on a large table, or a wait for another process's migration, may take long: the
@@ -396,6 +420,10 @@ class PostgresStore:
                     conn.execute(self._record_version, (version,))
             except denied() as error:  # a worker's role: DML rights only
                 raise migration_refused(primary(error), conn.info.user, self.schema, pending) from error
+            except UniqueViolation as blocked:  # an index no existing rows may break (v6)
+                if blocked.diag.constraint_name != ONE_UNSETTLED_VERSION:
+                    raise
+                raise _VersionRefused from None
         return pending
 
     def pending_migrations(self) -> list[int]:
@@ -469,7 +497,10 @@ class PostgresStore:
         params = self._record_row.values(record)
         if connection is None:
             with self._checkout() as conn:
-                return self._insert_or_get(conn, record, params)
+                try:
+                    return self._insert_or_get(conn, record, params)
+                except _VersionRefused:  # autocommit: the connection is fine to read on
+                    raise version_in_doubt(record, self._other_version(conn, record)) from None
         if not isinstance(connection, self._connection_type):
             raise InvalidInput(f"connection must be a psycopg (3) Connection, got {kind_of(connection)}{_HOW_TO_GET}")
         if connection.closed:
@@ -494,6 +525,9 @@ class PostgresStore:
             return self._insert_or_get(connection, record, params)
         except ReadOnlySqlTransaction as refused:  # SET TRANSACTION READ ONLY, or a replica: the caller's to change
             raise InvalidInput(f"connection's transaction is read-only: {refused}; nothing was recorded") from None
+        except _VersionRefused:  # the caller's transaction is aborted now: it must roll back, and is read no more
+            with self._checkout() as conn:
+                raise version_in_doubt(record, self._other_version(conn, record)) from None
 
     def _check_same_database(self, connection: Connection[Any]) -> None:
         """Refuse a caller's connection to another database: the row would land in whatever ledger schema of
@@ -517,14 +551,33 @@ class PostgresStore:
     def _insert_or_get(
         self, conn: Connection[Any], record: EffectRecord, params: list[Any]
     ) -> tuple[EffectRecord, bool]:
+        from psycopg.errors import UniqueViolation  # noqa: PLC0415  # optional extra, loaded by now
+
         for _ in range(3):  # a purge may delete the conflicting row between the two statements
             # tuple rows for the writes: a dict row maker per statement is measurable at this rate
-            if self._writer(conn).execute(self._insert, params, prepare=self._prepare).fetchone() is not None:
+            try:
+                written = self._writer(conn).execute(self._insert, params, prepare=self._prepare).fetchone()
+            except UniqueViolation as refused:  # another version of the action is unsettled (migration v6)
+                if refused.diag.constraint_name != ONE_UNSETTLED_VERSION:
+                    raise
+                raise _VersionRefused from None
+            if written is not None:
                 return record, True  # the row is exactly the record: no need to parse it back
             existing = self._fetch_one(conn, record.tenant, record.intent_key)
             if existing is not None:
                 return existing, False
         raise StaleRecord(f"intent {record.intent_key!r} kept vanishing while being inserted")
+
+    def _other_version(self, conn: Connection[Any], record: EffectRecord) -> tuple[str, str, str] | None:
+        """The unsettled version of ``record``'s action that made the database refuse its insert (None: settled
+        since)."""
+        from psycopg import sql  # noqa: PLC0415  # optional extra, present once a PostgresStore exists
+
+        intents = sql.Identifier(self.schema, "effect_intents")
+        query = sql.SQL(OTHER_UNSETTLED_VERSION.format(table="{}", p="%s")).format(intents)  # a rare path
+        key = record.intent_key
+        found: tuple[str, str, str] | None = conn.execute(query, (record.tenant, key, key)).fetchone()
+        return found
 
     def _fetch_one(self, conn: Connection[Any], tenant: str, intent_key: str) -> EffectRecord | None:
         with conn.cursor(row_factory=self._dict_row, binary=_reads_binary(conn)) as cur:

@@ -16,11 +16,18 @@ from operator import is_, not_
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from ._admission import OTHER_UNSETTLED_VERSION, version_in_doubt
 from ._approvals import Approval, ApprovalState, decided_meanwhile, decision_of
 from ._bookkeeping import check_columns, check_versions
 from ._errors import InvalidInput, LedgerClosed, LedgerCorrupt, LedgerUnavailable
 from ._fork import renew_in_children
-from ._migrations import MIGRATIONS, SQLITE_BOOKKEEPING
+from ._migrations import (
+    MIGRATIONS,
+    ONE_UNSETTLED_VERSION,
+    SEVERAL_UNSETTLED_VERSIONS,
+    SQLITE_BOOKKEEPING,
+    blocked_by_versions,
+)
 from ._numbers import check_seconds
 from ._records import AuditEntry, EffectRecord, Evidence, EvidenceVerdict
 from ._rows import (
@@ -82,6 +89,7 @@ _CODEC = Codec(
 )
 
 _SELECT = f"SELECT {', '.join(RECORD_COLUMNS)} FROM effect_intents"
+_OTHER_UNSETTLED_VERSION = OTHER_UNSETTLED_VERSION.format(table="effect_intents", p="?")
 _STATUS_INDEX = "effect_intents_status_updated"  # (status, updated_at), migration v1
 # positional parameters in the encoders' column order: binding by name costs a lookup per column
 _RECORD_ROW = row_encoder(EffectRecord, _CODEC)
@@ -372,8 +380,14 @@ class SQLiteStore:
             for migration in MIGRATIONS:
                 if migration.version in applied:
                     continue
-                for statement in migration.sqlite:
-                    conn.execute(statement)
+                try:
+                    for statement in migration.sqlite:
+                        conn.execute(statement)
+                except sqlite3.IntegrityError as blocked:  # an index no existing rows may break (v6)
+                    if ONE_UNSETTLED_VERSION not in str(blocked):
+                        raise
+                    actions = conn.execute(SEVERAL_UNSETTLED_VERSIONS.format(table="effect_intents")).fetchall()
+                    raise blocked_by_versions(actions) from None
                 conn.execute(
                     "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
                     (migration.version, _utc_text(datetime.now(UTC))),
@@ -450,7 +464,15 @@ class SQLiteStore:
         self, conn: sqlite3.Connection | sqlite3.Cursor, record: EffectRecord, row: list[Any]
     ) -> tuple[EffectRecord, bool]:
         nulls, params = _nulls_apart(row)
-        if conn.execute(_insert_statement(nulls), params).rowcount == 1:
+        try:
+            written = conn.execute(_insert_statement(nulls), params).rowcount == 1
+        except sqlite3.IntegrityError as refused:  # another version of the action is unsettled (migration v6)
+            if ONE_UNSETTLED_VERSION not in str(refused):
+                raise
+            key = record.intent_key
+            other = conn.execute(_OTHER_UNSETTLED_VERSION, (record.tenant, key, key)).fetchone()
+            raise version_in_doubt(record, other) from None
+        if written:
             return record, True  # the row is exactly the record: no need to parse it back
         existing = self._select(conn, record.tenant, record.intent_key)
         assert existing is not None, "the write lock is held: the conflicting row cannot vanish in between"
