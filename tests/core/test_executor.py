@@ -313,19 +313,6 @@ def test_a_new_version_after_a_rejected_or_never_sent_one_goes_at_once(env: Env)
     assert len(env.fake.effects()) == 2
 
 
-def test_a_version_already_recorded_goes_on_whatever_its_predecessors_say(env: Env) -> None:
-    """A retry (or reconciliation) of a v2 recorded before v1 turned unknown is not a new version."""
-    env.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
-    with pytest.raises(EffectUnknown):
-        env.ledger.execute(env.adapter, CHARGE, intent_key=V2)
-    env.fake.fail_next(FakeFailure.LOST_AFTER_COMMIT)
-    with pytest.raises(EffectUnknown):
-        env.ledger.execute(env.adapter, CHARGE, intent_key=KEY)
-    replayed = env.ledger.execute(env.adapter, CHARGE, intent_key=V2)  # the deduping fake replays v2's key
-    assert replayed.record.status is EffectStatus.CONFIRMED
-    assert len(env.fake.effects()) == 2
-
-
 def test_lost_response_becomes_unknown_then_same_key_replay_confirms_once(
     env: Env, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -59,9 +59,10 @@ LEASE = timedelta(seconds=120)
 KEY_RETENTION = timedelta(hours=24)  # the fake's and the contract's
 REPLAY_WINDOW = KEY_RETENTION - timedelta(hours=1)  # the contract's replay_safety_margin
 ATTEMPTS = 3
-# the last is a new version of the first: refused while the first may have acted (EarlierVersionInDoubt)
+# the last is a new version of the first: one is refused while the other may have acted or be sent, whichever
+# comes first (EarlierVersionInDoubt; migration 6's index, so also the first after the last)
 ORIGINALS = ("order:o1:charge:v1", "order:o2:charge:v1", "order:o3:charge:v1", "order:o1:charge:v2")
-EARLIER_VERSION = {ORIGINALS[3]: ORIGINALS[0]}
+OTHER_VERSION = {ORIGINALS[3]: ORIGINALS[0], ORIGINALS[0]: ORIGINALS[3]}
 COMPENSATIONS = {  # compensating key -> its original
     "refund:o1a:issue:v1": ORIGINALS[0],
     "refund:o1b:issue:v1": ORIGINALS[0],
@@ -279,7 +280,7 @@ class LedgerMachine(RuleBasedStateMachine):
         whether it dispatches. ``answer`` means from the ledger or a lookup, without a request."""
         m = self.keys[key]
         status = m.status
-        if self.earlier_in_doubt(key):
+        if self.other_version_in_doubt(key):
             return "refused", False
         sent = m.dispatched_at
         if status is S.IN_FLIGHT:
@@ -304,7 +305,7 @@ class LedgerMachine(RuleBasedStateMachine):
     def execute_model(self, key: str, answer: Answer, crash: CrashPoint | None = None) -> Expected:
         """Apply ``execute`` on ``key`` to the model: docs/architecture.md, the executor step by step."""
         m = self.keys[key]
-        if self.earlier_in_doubt(key):
+        if self.other_version_in_doubt(key):
             return Expected(EarlierVersionInDoubt, False)
         if m.status is S.IN_FLIGHT:
             assert m.lease_expires_at is not None
@@ -331,11 +332,11 @@ class LedgerMachine(RuleBasedStateMachine):
             return Expected(None, False)
         return Expected(EffectUnknown, False)
 
-    def earlier_in_doubt(self, key: str) -> bool:
-        """A new version, not recorded yet, while the version before it is unknown, in flight or prepared."""
-        earlier = EARLIER_VERSION.get(key)
+    def other_version_in_doubt(self, key: str) -> bool:
+        """A version not recorded yet while another version of its action is unknown, in flight or prepared."""
+        other = OTHER_VERSION.get(key)
         in_doubt = {S.UNKNOWN, S.IN_FLIGHT, S.PREPARED}
-        return earlier is not None and self.keys[key].status is None and self.keys[earlier].status in in_doubt
+        return other is not None and self.keys[key].status is None and self.keys[other].status in in_doubt
 
     def reconcile_model(self, key: str) -> None:
         m = self.keys[key]
@@ -512,7 +513,7 @@ class LedgerMachine(RuleBasedStateMachine):
         params = m.params if m.params is not None else params
         before, requests = self.records(), self.requests()
         error = _typed(lambda: self.ledger.prepare(self.adapter, self.request(key, params), intent_key=key))
-        if self.earlier_in_doubt(key):
+        if self.other_version_in_doubt(key):
             assert isinstance(error, EarlierVersionInDoubt), repr(error)
             assert self.records() == before, "a refused new version changed the ledger"
             return

@@ -497,10 +497,14 @@ class PostgresStore:
         params = self._record_row.values(record)
         if connection is None:
             with self._checkout() as conn:
-                try:
-                    return self._insert_or_get(conn, record, params)
-                except _VersionRefused:  # autocommit: the connection is fine to read on
-                    raise version_in_doubt(record, self._other_version(conn, record)) from None
+                for _ in range(3):
+                    try:
+                        return self._insert_or_get(conn, record, params)
+                    except _VersionRefused:  # autocommit: the connection is fine to read on
+                        if (other := self._other_version(conn, record)) is not None:
+                            raise version_in_doubt(record, other) from None
+                        # gone: the same key recorded by another process at once, or the other version settled
+                raise StaleRecord(f"intent {record.intent_key!r} kept clashing with another version while inserted")
         if not isinstance(connection, self._connection_type):
             raise InvalidInput(f"connection must be a psycopg (3) Connection, got {kind_of(connection)}{_HOW_TO_GET}")
         if connection.closed:
@@ -527,7 +531,13 @@ class PostgresStore:
             raise InvalidInput(f"connection's transaction is read-only: {refused}; nothing was recorded") from None
         except _VersionRefused:  # the caller's transaction is aborted now: it must roll back, and is read no more
             with self._checkout() as conn:
-                raise version_in_doubt(record, self._other_version(conn, record)) from None
+                other = self._other_version(conn, record)
+            if other is not None:
+                raise version_in_doubt(record, other) from None
+            raise StaleRecord(
+                f"intent {record.intent_key!r} was recorded by another process at the same moment (or its other "
+                "version settled just then): roll back this transaction and run the business change again"
+            ) from None
 
     def _check_same_database(self, connection: Connection[Any]) -> None:
         """Refuse a caller's connection to another database: the row would land in whatever ledger schema of
@@ -560,6 +570,8 @@ class PostgresStore:
             except UniqueViolation as refused:  # another version of the action is unsettled (migration v6)
                 if refused.diag.constraint_name != ONE_UNSETTLED_VERSION:
                     raise
+                # or the same key inserted at once by another process: ON CONFLICT handles its own index only,
+                # and the other one may report the clash first
                 raise _VersionRefused from None
             if written is not None:
                 return record, True  # the row is exactly the record: no need to parse it back
