@@ -169,6 +169,24 @@ def test_a_fault_set_to_fire_twice_that_fired_once_says_so_at_teardown(pytester:
     )
 
 
+def test_a_refusal_or_saved_failure_that_never_fired_fails_the_test_at_teardown(pytester: pytest.Pytester) -> None:
+    """testing.md's own throttling recipe (`fake_ses.refuse_sends`) and Stripe's saved 500 were queued apart
+    from the server's faults, out of the check's sight: a test whose code never sent still passed."""
+    pytester.makepyfile(
+        """
+        def test_throttled(fake_ses):
+            fake_ses.refuse_sends("ThrottlingException")
+
+        def test_saved_500(fake_stripe):
+            fake_stripe.fail_next_write(after_commit=True)
+        """
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=2, errors=2)
+    result.stdout.fnmatch_lines(["*- fake_ses: refuse_sends('ThrottlingException', status=400)"])
+    result.stdout.fnmatch_lines(["*- fake_stripe: fail_next_write(after_commit=True)"])
+
+
 def test_the_teardown_check_can_be_turned_off(pytester: pytest.Pytester) -> None:
     marker = "@pytest.mark.safe_effects(assert_all_fired=False)"
     pytester.makepyfile(UNFIRED.format(marker=marker, body="pass"))

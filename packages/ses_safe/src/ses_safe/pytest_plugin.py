@@ -47,5 +47,5 @@ def fake_ses(ses_moto_url: str, safe_faults: FaultWatch, monkeypatch: pytest.Mon
         monkeypatch.setenv(name, value)
     reset_moto(ses_moto_url)
     with MotoFaultProxy(ses_moto_url) as proxy:
-        safe_faults.watch("fake_ses", proxy.server.pending_faults)
+        safe_faults.watch("fake_ses", proxy.pending_faults)
         yield proxy

@@ -22,5 +22,5 @@ def fake_stripe(safe_clock: FakeClock, safe_faults: FaultWatch) -> Iterator[Fake
     from stripe_safe.testing import FakeStripe  # noqa: PLC0415  # keeps the SDK out of pytest's start-up
 
     with FakeStripe(clock=safe_clock) as fake:
-        safe_faults.watch("fake_stripe", fake.server.pending_faults)
+        safe_faults.watch("fake_stripe", fake.pending_faults)
         yield fake

@@ -84,6 +84,13 @@ class MotoFaultProxy:
         with self._lock:
             self._refusals.extend([(code, status, message)] * times)
 
+    def pending_faults(self) -> list[object]:
+        """What a test set up that has not fired yet: the server's faults and the refusals of
+        :meth:`refuse_sends` (the pytest plugin's teardown check reads this)."""
+        with self._lock:
+            refusals = [f"refuse_sends({code!r}, status={status})" for code, status, _ in self._refusals]
+        return [*self.server.pending_faults(), *refusals]
+
     def set_event_destinations(self, configuration_set: str, destinations: list[Mapping[str, Any]]) -> None:
         """What SESv2's GetConfigurationSetEventDestinations answers for ``configuration_set`` (its API's
         shape: ``Name``, ``Enabled``, ``MatchingEventTypes``, ``SnsDestination`` ...): moto has no such call.

@@ -126,6 +126,13 @@ class FakeStripe:
         with self._lock:
             self._saved_failures.append(after_commit)
 
+    def pending_faults(self) -> list[object]:
+        """What a test set up that has not fired yet: the server's faults and the saved 500s of
+        :meth:`fail_next_write` (the pytest plugin's teardown check reads this)."""
+        with self._lock:
+            saved = [f"fail_next_write(after_commit={after})" for after in self._saved_failures]
+        return [*self.server.pending_faults(), *saved]
+
     def requests(self, method: str | None = None, path_prefix: str = "/") -> list[FakeRequest]:
         return self.server.requests(method, path_prefix)
 
