@@ -263,7 +263,7 @@ def test_the_database_refuses_a_second_unsettled_version_of_an_action_which_a_re
     stored = env.ledger.store.list_by_status(list(EffectStatus))
     for call in (env.ledger.execute, env.ledger.prepare):
         with pytest.raises(
-            EarlierVersionInDoubt, match=rf"while '{V2}' is unknown: that one may have acted"
+            EarlierVersionInDoubt, match=rf"an earlier version, recorded while '{V2}' is unknown: that one may have"
         ) as refused:
             call(env.adapter, CHARGE, intent_key=KEY)
         assert (refused.value.earlier, refused.value.earlier_status) == (V2, "unknown")

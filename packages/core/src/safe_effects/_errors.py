@@ -189,7 +189,7 @@ class IntentConflict(SafeEffectsError):
 
 class EarlierVersionInDoubt(SafeEffectsError):
     """A new version of an intent key (``...:v2``) while an earlier one (``...:v1``) is unknown, in flight or
-    prepared.
+    prepared; since migration 6 also a version recorded while a later one is (``earlier`` is then that one).
 
     The earlier one may have acted at its provider, or (prepared) may still be sent by an outbox relay or an
     older worker, so the new one could do the same thing twice: the forensics review charged an invoice twice
@@ -210,10 +210,18 @@ class EarlierVersionInDoubt(SafeEffectsError):
                 f"Settle {earlier!r} first (retry it with its own request, run `safe-effects reconcile`, or have an "
                 "operator resolve it), then send this one only if it did not act"
             )
+        later = _version(earlier) > _version(intent_key)  # a stale job's v1 while v2 is in doubt
+        what = "an earlier version, recorded" if later else "a new version"
         super().__init__(
-            f"intent {intent_key!r} (tenant {tenant!r}) is a new version while {earlier!r} is {earlier_status}: "
+            f"intent {intent_key!r} (tenant {tenant!r}) is {what} while {earlier!r} is {earlier_status}: "
             f"{why}, so this one could do it twice; nothing was recorded or sent. {settle}"
         )
+
+
+def _version(intent_key: str) -> int:
+    """The number of a key's ``vN`` part; 0 where there is none (a description instead of a key)."""
+    last = intent_key.rpartition(":")[2]
+    return int(last[1:]) if last[:1] == "v" and last[1:].isdigit() else 0
 
 
 class IllegalTransition(SafeEffectsError):
