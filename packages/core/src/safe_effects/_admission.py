@@ -81,15 +81,6 @@ def refuse_while_earlier_in_doubt(store: Store, fresh: EffectRecord) -> None:
         raise refusal
 
 
-# the other unsettled version the database found when it refused an insert (migration v6's index), read after
-# the refusal to name it; ``{table}`` and the placeholder ``{p}`` are the store's
-OTHER_UNSETTLED_VERSION = (
-    "SELECT intent_key, status, provider FROM {table} WHERE tenant_id = {p} "
-    "AND rtrim(intent_key, '0123456789') = rtrim({p}, '0123456789') AND intent_key <> {p} "
-    "AND status IN ('prepared', 'in_flight', 'unknown') LIMIT 1"
-)
-
-
 def version_in_doubt(fresh: EffectRecord, other: Sequence[str] | None) -> EarlierVersionInDoubt:
     """The refusal of ``fresh`` when the database refused its insert: another version of its action is unsettled.
 

@@ -322,21 +322,26 @@ _V5_POSTGRES = (
 # the same expression on both databases. Building it fails on a ledger that already holds two unsettled
 # versions of one action; settle one of them first (the CHANGELOG says how).
 ONE_UNSETTLED_VERSION = "effect_intents_one_unsettled_version"
-_V6_WHERE = "WHERE status IN ('prepared', 'in_flight', 'unknown')"
+_ACTION = "rtrim(intent_key, '0123456789')"  # the index's expression: a key less its version number
+_UNSETTLED = "status IN ('prepared', 'in_flight', 'unknown')"  # the index's predicate
 _V6_SQLITE = (
-    f"CREATE UNIQUE INDEX {ONE_UNSETTLED_VERSION} ON effect_intents "
-    f"(tenant_id, rtrim(intent_key, '0123456789')) {_V6_WHERE}",
+    f"CREATE UNIQUE INDEX {ONE_UNSETTLED_VERSION} ON effect_intents (tenant_id, {_ACTION}) WHERE {_UNSETTLED}",
 )
 _V6_POSTGRES = (
-    f"CREATE UNIQUE INDEX {ONE_UNSETTLED_VERSION} ON {{schema}}.effect_intents "
-    f"(tenant_id, rtrim(intent_key, '0123456789')) {_V6_WHERE}",
+    f"CREATE UNIQUE INDEX {ONE_UNSETTLED_VERSION} ON {{schema}}.effect_intents (tenant_id, {_ACTION}) "
+    f"WHERE {_UNSETTLED}",
 )
 
-# what blocks building the v6 index: the actions (tenant, key less its version number) with several unsettled
-# versions; ``{table}`` is the store's
+# the statements that name what the index refuses, ``{table}`` and the placeholder ``{p}`` the store's: what
+# blocks building it (actions with several unsettled versions), and, read after an insert it refused, the other
+# unsettled version of that insert's action
 SEVERAL_UNSETTLED_VERSIONS = (
-    "SELECT tenant_id, rtrim(intent_key, '0123456789') FROM {table} "
-    "WHERE status IN ('prepared', 'in_flight', 'unknown') GROUP BY 1, 2 HAVING count(*) > 1 ORDER BY 1, 2 LIMIT 5"
+    f"SELECT tenant_id, {_ACTION} FROM {{table}} WHERE {_UNSETTLED} "
+    "GROUP BY 1, 2 HAVING count(*) > 1 ORDER BY 1, 2 LIMIT 5"
+)
+OTHER_UNSETTLED_VERSION = (
+    f"SELECT intent_key, status, provider FROM {{table}} WHERE tenant_id = {{p}} "
+    f"AND {_ACTION} = rtrim({{p}}, '0123456789') AND intent_key <> {{p}} AND {_UNSETTLED} LIMIT 1"
 )
 
 

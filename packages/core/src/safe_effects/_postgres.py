@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
-from ._admission import OTHER_UNSETTLED_VERSION, version_in_doubt
+from ._admission import version_in_doubt
 from ._approvals import Approval, ApprovalState, decided_meanwhile, decision_of
 from ._bookkeeping import check_columns, check_versions
 from ._errors import InvalidInput, MissingDependency, StaleRecord
@@ -22,6 +22,7 @@ from ._fork import keep_inherited, renew_in_children
 from ._migrations import (
     MIGRATIONS,
     ONE_UNSETTLED_VERSION,
+    OTHER_UNSETTLED_VERSION,
     POSTGRES_BOOKKEEPING,
     SEVERAL_UNSETTLED_VERSIONS,
     blocked_by_versions,

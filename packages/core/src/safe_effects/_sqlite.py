@@ -16,7 +16,7 @@ from operator import is_, not_
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from ._admission import OTHER_UNSETTLED_VERSION, version_in_doubt
+from ._admission import version_in_doubt
 from ._approvals import Approval, ApprovalState, decided_meanwhile, decision_of
 from ._bookkeeping import check_columns, check_versions
 from ._errors import InvalidInput, LedgerClosed, LedgerCorrupt, LedgerUnavailable
@@ -24,6 +24,7 @@ from ._fork import renew_in_children
 from ._migrations import (
     MIGRATIONS,
     ONE_UNSETTLED_VERSION,
+    OTHER_UNSETTLED_VERSION,
     SEVERAL_UNSETTLED_VERSIONS,
     SQLITE_BOOKKEEPING,
     blocked_by_versions,
